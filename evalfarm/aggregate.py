@@ -1,0 +1,120 @@
+"""Per-adapter figures and thresholds: pure functions over outcome dicts.
+
+Streams outcomes once, so 100,000 items aggregate without holding them all.
+Errored items are counted apart and never as quality failures.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any, Iterable
+
+from .spec import Thresholds
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear-interpolated percentile, ``q`` in [0, 100]; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _r(value: float | None, nd: int = 6) -> float | None:
+    return None if value is None else round(value, nd)
+
+
+class _Acc:
+    def __init__(self) -> None:
+        self.items = self.measured = self.passed = self.errors = 0
+        self.judge_sum, self.judge_n = 0.0, 0
+        self.latencies: list[float] = []
+        self.prompts: set[str] = set()
+        self.trial_pass: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # prompt -> [passed, measured]
+        self.tokens_in = self.tokens_out = 0
+        self.cost = 0.0
+        self.error_classes: dict[str, int] = defaultdict(int)
+
+
+def aggregate(outcomes: Iterable[dict[str, Any]], adapters: list[str], *, trials: int,
+              judge_weight: float | None) -> dict[str, dict[str, Any]]:
+    """Figures per adapter in spec order. ``judge_weight`` None means no judge."""
+    accs = {a: _Acc() for a in adapters}
+    for o in outcomes:
+        acc = accs.setdefault(o["adapter"], _Acc())
+        acc.items += 1
+        acc.prompts.add(o["prompt_id"])
+        acc.tokens_in += o.get("input_tokens") or 0
+        acc.tokens_out += o.get("output_tokens") or 0
+        acc.cost += o.get("cost_usd") or 0.0
+        if o.get("error"):
+            acc.errors += 1
+            acc.error_classes[o["error"].get("class", "Error")] += 1
+            continue
+        acc.measured += 1
+        tp = acc.trial_pass[o["prompt_id"]]
+        tp[1] += 1
+        if o["golden_passed"]:
+            acc.passed += 1
+            tp[0] += 1
+        if o.get("judge_score") is not None:
+            acc.judge_sum += o["judge_score"]
+            acc.judge_n += 1
+        if o.get("latency_ms") is not None:
+            acc.latencies.append(o["latency_ms"])
+    return {a: _figures(acc, trials, judge_weight) for a, acc in accs.items()}
+
+
+def _figures(acc: _Acc, trials: int, judge_weight: float | None) -> dict[str, Any]:
+    golden = acc.passed / acc.measured if acc.measured else None
+    judge_mean = acc.judge_sum / acc.judge_n if acc.judge_n else None
+    if golden is None:
+        overall = None
+    elif judge_mean is not None and judge_weight is not None:
+        overall = (1 - judge_weight) * golden + judge_weight * judge_mean
+    else:
+        overall = golden
+    figures: dict[str, Any] = {
+        "prompts": len(acc.prompts), "items": acc.items, "measured": acc.measured,
+        "errors": acc.errors, "error_classes": dict(sorted(acc.error_classes.items())),
+        "golden_passed": acc.passed, "golden_pass_rate": _r(golden), "judge_mean": _r(judge_mean),
+        "overall": _r(overall),
+        "latency_ms_p50": _r(percentile(acc.latencies, 50), 3),
+        "latency_ms_p95": _r(percentile(acc.latencies, 95), 3),
+        "tokens_in": acc.tokens_in, "tokens_out": acc.tokens_out, "cost_usd": _r(acc.cost, 8),
+    }
+    if trials > 1:
+        per_prompt = {p: (tp[1] == trials and tp[0] == trials) for p, tp in sorted(acc.trial_pass.items())}
+        flaky = sorted(p for p, tp in acc.trial_pass.items() if 0 < tp[0] < tp[1])
+        figures["pass_k"] = {"k": trials, "rate": _r(sum(per_prompt.values()) / len(per_prompt)) if per_prompt else None,
+                             "per_prompt": per_prompt, "flaky": flaky}
+    return figures
+
+
+_METRICS = (("golden_pass_rate", "golden_pass_rate_min"), ("judge_mean", "judge_score_min"),
+            ("overall", "overall_score_min"))
+
+
+def threshold_failures(per_adapter: dict[str, dict[str, Any]], thresholds: Thresholds) -> list[str]:
+    """Each failure as ``adapter: metric value < min``; an unmeasured metric fails too."""
+    failures = []
+    for adapter, fig in per_adapter.items():
+        for metric, limit_name in _METRICS:
+            limit = getattr(thresholds, limit_name)
+            if limit is None:
+                continue
+            value = fig.get(metric)
+            if value is None:
+                failures.append(f"{adapter}: {metric} not measured ({fig['errors']} of {fig['items']} items "
+                                f"errored) < {limit:g}")
+            elif value < limit:
+                failures.append(f"{adapter}: {metric} {value:.4f} < {limit:g}")
+    return failures
+
+
+def nothing_measured(per_adapter: dict[str, dict[str, Any]]) -> bool:
+    """True when items ran but every one errored: a configuration problem, not a quality result."""
+    items = sum(f["items"] for f in per_adapter.values())
+    return items > 0 and sum(f["measured"] for f in per_adapter.values()) == 0

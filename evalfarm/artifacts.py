@@ -1,0 +1,99 @@
+"""Persisted runs: atomic JSON + Markdown + lineage stub, listing and lookup."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .canonical import sha256_hex
+from .errors import UsageError
+from .report import RunReport, render_markdown
+
+DEFAULT_STATE_DIR = Path(".evalfarm")
+
+
+def runs_dir(state_dir: Path | str) -> Path:
+    return Path(state_dir) / "runs"
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write via a temp file and rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def report_bytes(report: RunReport | dict[str, Any]) -> bytes:
+    data = report.to_dict() if isinstance(report, RunReport) else report
+    return (json.dumps(data, indent=2, sort_keys=False, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def save_report(report: RunReport | dict[str, Any], state_dir: Path | str = DEFAULT_STATE_DIR,
+                raw: bytes | None = None) -> tuple[Path, Path]:
+    """Persist ``<run_id>.json``, ``.md`` and ``.lineage.json``; returns (json_path, md_path).
+
+    Run ids carry a microsecond timestamp and a random suffix, and an existing file
+    is never overwritten, so two runs in the same second both survive.
+    """
+    data = report.to_dict() if isinstance(report, RunReport) else report
+    out = runs_dir(state_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / f"{data['run_id']}.json", out / f"{data['run_id']}.md"
+    lineage_path = out / f"{data['run_id']}.lineage.json"
+    if json_path.exists():
+        raise UsageError(f"{json_path}: a run with this id is already saved; refusing to overwrite")
+    body = raw if raw is not None else report_bytes(data)
+    atomic_write(md_path, render_markdown(data).encode("utf-8"))
+    stub = {"artefact_path": str(json_path.resolve()), "content_hash": "sha256:" + sha256_hex(body),
+            "lineage_tag": data["lineage_tag"], "ts_ns": time.time_ns()}
+    atomic_write(lineage_path, (json.dumps(stub, indent=2) + "\n").encode())
+    atomic_write(json_path, body)  # last: a run is listed only once all three exist
+    return json_path, md_path
+
+
+def list_runs(state_dir: Path | str = DEFAULT_STATE_DIR) -> list[Path]:
+    """Persisted run JSON files, newest first (run ids sort by time), stubs excluded."""
+    folder = runs_dir(state_dir)
+    if not folder.is_dir():
+        return []
+    files = [p for p in folder.glob("*.json") if not p.name.endswith(".lineage.json")]
+    return sorted(files, key=lambda p: p.name, reverse=True)
+
+
+def resolve_run(ref: str, state_dir: Path | str = DEFAULT_STATE_DIR) -> Path:
+    """A run by path, id or unique id prefix."""
+    path = Path(ref)
+    if path.is_file():
+        return path
+    folder = runs_dir(state_dir)
+    exact = folder / f"{ref}.json"
+    if exact.is_file():
+        return exact
+    matches = [p for p in list_runs(state_dir) if p.stem.startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise UsageError(f"run reference {ref!r} is ambiguous: matches {', '.join(p.stem for p in matches[:5])}")
+    raise UsageError(f"run {ref!r} not found (not a file, and no run id under {folder}); "
+                     "see 'evalfarm list'")
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{path}: not a readable evalfarm report ({exc})") from None
+    if not isinstance(data, dict) or "per_adapter" not in data:
+        raise UsageError(f"{path}: not an evalfarm report (no per_adapter)")
+    return data

@@ -1,0 +1,156 @@
+"""The ``evalfarm`` command line: thin click commands over the core and the farm.
+
+Exit codes: 0 passed, 1 a threshold or gate failed, 2 bad usage or input,
+3 nothing was measured (every item errored).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .errors import EXIT_USAGE, EvalfarmError
+
+
+class EvalfarmGroup(click.Group):
+    """Turns our errors into one line on stderr with the documented exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except EvalfarmError as exc:
+            click.echo(f"evalfarm: error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+
+    def resolve_command(self, ctx, args):
+        aliases = {"ls": "list"}
+        if args and args[0] in aliases:
+            args = [aliases[args[0]], *args[1:]]
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=EvalfarmGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--log-level", default="WARNING", envvar="EVALFARM_LOG_LEVEL", show_default=True)
+def main(log_level: str) -> None:
+    """evalfarm: a distributed eval farm for LLM prompts, models and coding agents."""
+    from .logs import configure
+
+    configure(log_level)
+
+
+state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
+                                default=Path(".evalfarm"), show_default=True, envvar="EVALFARM_STATE_DIR",
+                                help="Where runs are persisted (runs/ inside it).")
+
+
+@main.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the report JSON here.")
+@click.option("--no-save", is_flag=True, help="Do not persist the run under the state dir.")
+@state_dir_option
+@click.option("--trials", type=click.IntRange(1, 1000), help="Trials per (prompt, adapter); overrides the spec.")
+@click.option("--broker", envvar="EVALFARM_BROKER_URL", metavar="URL",
+              help="redis://... to dispatch to workers; default: the embedded farm, in this process.")
+@click.option("--batch-size", type=click.IntRange(1, 10000), help="Items per task (default: by run size).")
+@click.option("--timeout", "timeout_s", type=float, help="Give up waiting after this many seconds.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
+def run(spec_path: Path, output: Path | None, no_save: bool, state_dir: Path, trials: int | None,
+        broker: str | None, batch_size: int | None, timeout_s: float | None, as_json: bool) -> None:
+    """Validate SPEC, run every item on the farm, aggregate, apply thresholds."""
+    from .artifacts import atomic_write, save_report
+    from .console import LiveProgress, print_summary
+    from .farm.coordinator import Coordinator
+    from .farm.settings import FarmSettings
+    from .spec import load_spec
+
+    spec = load_spec(spec_path)
+    if output is not None and output.exists() and output.is_dir():
+        raise EvalfarmError(f"--output {output}: is a directory; give a file path")
+    overrides = {"batch_size": batch_size} if batch_size else {}
+    settings = FarmSettings.from_env(broker_url=broker, **overrides)
+    coord = Coordinator(settings)
+    run_id = coord.submit(spec, trials)
+    with LiveProgress(enabled=None if not as_json else False) as bar:
+        raw = coord.wait(run_id, on_progress=bar.update, timeout_s=timeout_s)
+    report = json.loads(raw)
+    paths = []
+    if output is not None:
+        atomic_write(output, raw)
+        paths.append(str(output))
+    if not no_save:
+        json_path, md_path = save_report(report, state_dir, raw=raw)
+        paths += [str(json_path), str(md_path)]
+    if as_json:
+        sys.stdout.write(raw.decode("utf-8"))
+    else:
+        print_summary(report, paths)
+    code = 3 if report["nothing_measured"] else (0 if report["thresholds_passed"] else 1)
+    sys.exit(code)
+
+
+@main.command("list")
+@state_dir_option
+def list_cmd(state_dir: Path) -> None:
+    """Persisted runs, newest first, one per line: id, finished, spec, result, path."""
+    from .artifacts import list_runs
+
+    for path in list_runs(state_dir):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            result = "NOTHING" if data.get("nothing_measured") else ("PASS" if data.get("thresholds_passed")
+                                                                    else "FAIL")
+            click.echo(f"{path.stem}\t{data.get('finished_at', '')}\t{data.get('spec_name', '')}\t{result}\t{path}")
+        except (OSError, ValueError):
+            click.echo(f"{path.stem}\t\t\tUNREADABLE\t{path}")
+
+
+@main.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--tolerance", type=click.FloatRange(0, 1), default=0.01, show_default=True)
+@state_dir_option
+@click.option("--json", "as_json", is_flag=True)
+def diff(run_a: str, run_b: str, tolerance: float, state_dir: Path, as_json: bool) -> None:
+    """Per-adapter deltas between two runs (paths or run ids); b minus a."""
+    from .artifacts import load_report, resolve_run
+    from .console import diff_table, out_console
+    from .diff import diff_reports
+
+    a = load_report(resolve_run(run_a, state_dir))
+    b = load_report(resolve_run(run_b, state_dir))
+    result = diff_reports(a, b, tolerance)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        out_console.print(diff_table(result))
+
+
+POOLS = {"provider": ["provider"], "judge": ["judge"], "spawn": ["spawn"], "aggregate": ["aggregate"],
+         "all": ["provider", "judge", "spawn", "aggregate"]}
+
+
+@main.command()
+@click.option("--pool", type=click.Choice(sorted(POOLS)), default="all", show_default=True)
+@click.option("-c", "--concurrency", type=click.IntRange(1, 512), default=8, show_default=True,
+              help="Tasks this worker runs at once (threads sharing one event loop).")
+@click.option("--broker", envvar="EVALFARM_BROKER_URL", metavar="URL")
+@click.option("--loglevel", default="WARNING", show_default=True)
+def worker(pool: str, concurrency: int, broker: str | None, loglevel: str) -> None:
+    """Start a worker consuming one pool's queues."""
+    from .farm.app import create_app
+    from .farm.settings import FarmSettings
+
+    if not broker:
+        raise EvalfarmError("a worker needs a broker: pass --broker redis://HOST:6379/0 "
+                            "or set EVALFARM_BROKER_URL")
+    app = create_app(FarmSettings.from_env(broker_url=broker))
+    app.worker_main(["worker", "-Q", ",".join(POOLS[pool]), "-P", "threads", "-c", str(concurrency),
+                     "--loglevel", loglevel, "-n", f"{pool}-%i@%h", "--without-gossip", "--without-mingle",
+                     "--without-heartbeat"])
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

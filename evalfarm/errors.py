@@ -1,0 +1,42 @@
+"""Errors a user can cause, and the exit codes the CLI maps them to.
+
+Every user-facing error renders as one line: ``file:line: field: what is wrong``.
+"""
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # a gate or threshold failed
+EXIT_USAGE = 2  # bad usage or input
+EXIT_NOTHING_MEASURED = 3  # every item errored
+
+
+class EvalfarmError(Exception):
+    """Base class for errors that end a command with a one-line message."""
+
+    exit_code = EXIT_USAGE
+
+
+class SpecError(EvalfarmError):
+    """Bad spec, dataset or case file; names the file, line and field."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
+                 field: str | None = None) -> None:
+        self.path, self.line, self.field, self.message = path, line, field, message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = ""
+        if self.path:
+            where = f"{self.path}:{self.line}: " if self.line else f"{self.path}: "
+        field = f"{self.field}: " if self.field else ""
+        return f"{where}{field}{self.message}"
+
+
+class UsageError(EvalfarmError):
+    """Bad CLI arguments or a reference (run id, path) that does not resolve."""
+
+
+class FarmError(EvalfarmError):
+    """The farm could not be reached or a run could not be found in it."""
+
+    exit_code = EXIT_USAGE

@@ -1,0 +1,36 @@
+"""The Celery app: JSON only, late acks, one queue per pool, no result waiting."""
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Queue
+
+from .settings import FarmSettings
+
+QUEUES = ("provider", "judge", "spawn", "aggregate")
+RUN_BATCH = "evalfarm.run_batch"
+AGGREGATE = "evalfarm.aggregate"
+
+
+def create_app(settings: FarmSettings) -> Celery:
+    """One app per settings; tasks are registered by name so any process can route them."""
+    app = Celery("evalfarm", set_as_current=False)
+    conf = dict(
+        task_serializer="json", result_serializer="json", accept_content=["json"],
+        result_accept_content=["json"], task_ignore_result=True,
+        task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
+        task_default_queue="provider",
+        task_queues=[Queue(q) for q in QUEUES],
+        task_routes={RUN_BATCH: {"queue": "provider"}, AGGREGATE: {"queue": "aggregate"}},
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout},
+        worker_hijack_root_logger=False, worker_send_task_events=False,
+    )
+    if settings.embedded:
+        conf.update(broker_url="memory://", task_always_eager=True, task_eager_propagates=True)
+    else:
+        conf.update(broker_url=settings.broker_url, result_backend=settings.result_backend)
+    app.conf.update(conf)
+    from . import tasks
+
+    tasks.register(app, settings)
+    return app

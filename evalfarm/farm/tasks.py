@@ -1,0 +1,39 @@
+"""Celery tasks: thin shells over ``work``; registered by name on a given app."""
+from __future__ import annotations
+
+import threading
+
+from celery import Celery
+
+from .app import AGGREGATE, RUN_BATCH
+from .settings import FarmSettings
+from .store import MemoryStore, RedisStore, RunStore
+from . import work
+
+_STORES: dict[str, RunStore] = {}
+_LOCK = threading.Lock()
+EMBEDDED_STORE = MemoryStore()
+
+
+def store_for(settings: FarmSettings) -> RunStore:
+    """One store client per process and URL; the embedded farm shares a MemoryStore."""
+    url = settings.effective_store_url
+    if url is None:
+        if settings.embedded:
+            return EMBEDDED_STORE
+        raise ValueError("the run store needs Redis: set EVALFARM_STORE_URL or use a redis:// broker")
+    with _LOCK:
+        if url not in _STORES:
+            _STORES[url] = RedisStore(url)
+        return _STORES[url]
+
+
+def register(app: Celery, settings: FarmSettings) -> None:
+    @app.task(name=RUN_BATCH, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+    def run_batch(run_id: str, keys: list[str]) -> int:
+        return work.execute_batch(store_for(settings), run_id, keys, settings.max_in_flight,
+                                  lambda rid: app.tasks[AGGREGATE].apply_async(args=[rid], queue="aggregate"))
+
+    @app.task(name=AGGREGATE, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+    def aggregate(run_id: str) -> bool:
+        return work.finalize(store_for(settings), run_id) is not None

@@ -1,0 +1,99 @@
+"""In-process runs (the Python API) and the helpers every mode shares.
+
+``Runner(executor=None, judge=None).run(spec, base_dir=...)`` plans, executes,
+aggregates and returns a ``RunReport``; no Celery, no Redis.
+"""
+from __future__ import annotations
+
+import secrets
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from .adapters import Adapter, CallableAdapter, resolve_adapter
+from .canonical import content_key
+from .engine import PROCESS_LOOP, run_items
+from .errors import SpecError
+from .judge import CallableJudge, Judge, resolve_judge
+from .plan import iter_items
+from .report import RunReport, build_report
+from .spec import EvalSpec, JudgeSpec, PromptSpec
+
+Executor = Callable[[str, PromptSpec], str]
+JudgeFn = Callable[[JudgeSpec, PromptSpec, str], float]
+
+
+def new_run_id() -> str:
+    """Sorts by time (microseconds), unique by a random suffix."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-" + secrets.token_hex(3)
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def make_adapters(spec: EvalSpec, executor: Executor | None = None) -> dict[str, Adapter]:
+    adapters: dict[str, Adapter] = {}
+    for i, adapter_id in enumerate(spec.adapters):
+        if executor is not None:
+            adapters[adapter_id] = CallableAdapter(adapter_id, executor)
+            continue
+        try:
+            adapters[adapter_id] = resolve_adapter(adapter_id)
+        except KeyError as exc:
+            raise SpecError(exc.args[0], path=str(spec._source) if spec._source else None,
+                            line=spec_line(spec, ("adapters", i)), field=f"adapters[{i}]") from None
+    return adapters
+
+
+def make_judge(spec: EvalSpec, judge_fn: JudgeFn | None = None) -> Judge | None:
+    if spec.judge is None:
+        return None
+    if judge_fn is not None:
+        return CallableJudge(spec.judge, judge_fn)
+    try:
+        return resolve_judge(spec.judge)
+    except KeyError as exc:
+        raise SpecError(exc.args[0], path=str(spec._source) if spec._source else None,
+                        line=spec_line(spec, ("judge", "provider")), field="judge.provider") from None
+
+
+def spec_line(spec: EvalSpec, loc: tuple) -> int | None:
+    from .sourcemap import line_for
+    lines = getattr(spec, "_lines", None)
+    return line_for(lines, loc) if lines else None
+
+
+def spec_hash(spec: EvalSpec, prompts: list[PromptSpec]) -> str:
+    body = spec.model_dump(exclude={"prompts", "dataset"})
+    return content_key({"spec": body, "prompts": [p.model_dump() for p in prompts]})
+
+
+class Runner:
+    """Runs a spec in this process. ``executor``/``judge`` are plain sync callables."""
+
+    def __init__(self, executor: Executor | None = None, judge: JudgeFn | None = None,
+                 max_in_flight: int = 64) -> None:
+        self.executor, self.judge_fn, self.max_in_flight = executor, judge, max_in_flight
+
+    def run(self, spec: EvalSpec, base_dir: Path | str | None = None, *, trials: int | None = None,
+            run_id: str | None = None) -> RunReport:
+        prompts = spec.resolved_prompts(Path(base_dir) if base_dir else None)
+        adapters = make_adapters(spec, self.executor)
+        judge = make_judge(spec, self.judge_fn)
+        n_trials = trials or spec.trials
+        judge_cfg = judge.config() if judge else None
+        items = list(iter_items(spec, prompts, {a: ad.config() for a, ad in adapters.items()},
+                                judge_cfg, n_trials))
+        started, t0 = utc_now(), time.perf_counter()
+        outcomes = PROCESS_LOOP.run(lambda: run_items(items, adapters, judge, self.max_in_flight))
+        return build_report(run_id=run_id or new_run_id(), spec=spec, spec_hash=spec_hash(spec, prompts),
+                            mode="in-process", trials=n_trials, outcomes=[o.to_dict() for o in outcomes],
+                            started_at=started, finished_at=utc_now(), duration_s=time.perf_counter() - t0)
+
+
+def report_summary(report: dict[str, Any]) -> str:
+    if report["nothing_measured"]:
+        return "NOTHING MEASURED"
+    return "PASS" if report["thresholds_passed"] else "FAIL"

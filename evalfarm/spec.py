@@ -1,0 +1,224 @@
+"""The eval spec: pydantic models (extra="forbid") and loading with file:line errors.
+
+``load_spec(path)`` validates the YAML, the dataset JSONL it names and the merged
+prompt list before anything runs, so bad input stops here.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from .errors import SpecError
+from .sourcemap import dotted, line_for, load_yaml, read_text
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class PromptSpec(_Model):
+    """One prompt and its golden assertions."""
+
+    id: str = Field(min_length=1)
+    text: str
+    expected_output_contains: list[str] = Field(default_factory=list)
+    expected_output_regex: str | None = None
+    tags: list[str] = Field(default_factory=list)
+
+    @field_validator("expected_output_regex")
+    @classmethod
+    def _regex_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"regex does not compile: {exc}") from None
+        return value
+
+
+class JudgeSpec(_Model):
+    """LLM-as-judge configuration; ``weight`` blends it into the overall score."""
+
+    model: str = Field(min_length=1)
+    provider: str = "openai"
+    rubric: str = ""
+    weight: float = Field(default=0.5, ge=0.0, le=1.0)
+
+
+class Thresholds(_Model):
+    """Per-adapter minimums, each in [0, 1]."""
+
+    golden_pass_rate_min: float | None = Field(default=None, ge=0.0, le=1.0)
+    judge_score_min: float | None = Field(default=None, ge=0.0, le=1.0)
+    overall_score_min: float | None = Field(default=None, ge=0.0, le=1.0)
+
+
+class EvalSpec(_Model):
+    """A whole suite: what to ask, whom, how to score and what must hold."""
+
+    name: str = Field(min_length=1)
+    lineage_tag: str | None = None
+    dataset: str | None = None
+    adapters: list[str] = Field(min_length=1)
+    prompts: list[PromptSpec] = Field(default_factory=list)
+    judge: JudgeSpec | None = None
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    trials: int = Field(default=1, ge=1, le=1000)
+
+    _source: Path | None = PrivateAttr(default=None)
+    _resolved: list[PromptSpec] | None = PrivateAttr(default=None)
+    _lines: dict | None = PrivateAttr(default=None)
+
+    @field_validator("adapters")
+    @classmethod
+    def _unique_adapters(cls, value: list[str]) -> list[str]:
+        seen = set()
+        for adapter in value:
+            if not adapter.strip():
+                raise ValueError("adapter id must not be empty")
+            if adapter in seen:
+                raise ValueError(f"duplicate adapter id {adapter!r}")
+            seen.add(adapter)
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "EvalSpec":
+        if not self.prompts and not self.dataset:
+            raise ValueError("the spec needs inline 'prompts' or a 'dataset'")
+        if self.thresholds.judge_score_min is not None and self.judge is None:
+            raise ValueError("thresholds.judge_score_min is set but there is no 'judge' block; "
+                             "add a judge or remove the threshold")
+        return self
+
+    @property
+    def tag(self) -> str:
+        return self.lineage_tag or self.name
+
+    def resolved_prompts(self, base_dir: Path | None = None) -> list[PromptSpec]:
+        """Inline prompts then dataset prompts, checked for duplicate ids."""
+        if self._resolved is not None and base_dir is None:
+            return self._resolved
+        base = base_dir or (self._source.parent if self._source else Path.cwd())
+        origins: list[tuple[PromptSpec, str, int | None]] = [
+            (p, str(self._source or "spec"), None) for p in self.prompts]
+        if self.dataset:
+            origins += load_dataset(base / self.dataset, spec_path=self._source)
+        _check_duplicates(origins)
+        self._resolved = [p for p, _, _ in origins]
+        return self._resolved
+
+
+def _check_duplicates(origins: list[tuple[PromptSpec, str, int | None]]) -> None:
+    first: dict[str, str] = {}
+    for prompt, path, line in origins:
+        where = f"{path}:{line}" if line else path
+        if prompt.id in first:
+            raise SpecError(f"duplicate prompt id {prompt.id!r} (first defined at {first[prompt.id]}); "
+                            "ids must be unique across inline prompts and the dataset",
+                            path=path, line=line, field="id")
+        first[prompt.id] = where
+
+
+def load_dataset(path: Path, spec_path: Path | None = None) -> list[tuple[PromptSpec, str, int]]:
+    """Parse a JSONL dataset; each non-blank line is one PromptSpec."""
+    if not path.is_file():
+        raise SpecError(f"dataset file not found: {path}", path=str(spec_path or path), field="dataset")
+    text = read_text(path)
+    out = []
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=str(path), line=lineno) from None
+        if not isinstance(obj, dict):
+            raise SpecError(f"expected a JSON object, got {type(obj).__name__}", path=str(path), line=lineno)
+        try:
+            prompt = PromptSpec.model_validate(obj)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise SpecError(_message(err, PromptSpec), path=str(path), line=lineno,
+                            field=dotted(err["loc"]) or None) from None
+        out.append((prompt, str(path), lineno))
+    return out
+
+
+def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """Allowed field names of the model that owns ``loc``'s last part."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or current is None:
+            continue
+        field = current.model_fields.get(part)
+        if field is None:
+            return []
+        current = _model_in(field.annotation)
+    return sorted(current.model_fields) if current else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found:
+            return found
+    return None
+
+
+def _message(err: dict, model: type[BaseModel]) -> str:
+    kind, msg = err["type"], err["msg"]
+    if kind == "extra_forbidden":
+        allowed = _fields_at(model, tuple(err["loc"]))
+        return f"unknown field; allowed fields are {', '.join(allowed)}" if allowed else "unknown field"
+    if kind == "missing":
+        return "required field is missing"
+    msg = msg.removeprefix("Value error, ")
+    if kind not in ("value_error", "assertion_error") and "input" in err and not isinstance(err["input"], (dict, list)):
+        msg += f" (got {err['input']!r})"
+    return msg
+
+
+def parse_spec(data: Any, *, path: Path, lines: dict | None = None) -> EvalSpec:
+    """Validate already-parsed YAML data into an EvalSpec with file:line errors."""
+    lines = lines or {}
+    if not isinstance(data, dict):
+        raise SpecError("the spec must be a YAML mapping with at least 'name' and 'adapters'",
+                        path=str(path), line=1)
+    try:
+        spec = EvalSpec.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err["loc"])
+        raise SpecError(_message(err, EvalSpec), path=str(path), line=line_for(lines, loc),
+                        field=dotted(loc) or None) from None
+    spec._source = path
+    spec._lines = lines
+    return spec
+
+
+def load_spec(path: Path | str) -> EvalSpec:
+    """Load and fully validate a spec file, its dataset and merged prompts."""
+    path = Path(path)
+    data, lines = load_yaml(read_text(path), path)
+    spec = parse_spec(data, path=path, lines=lines)
+    # duplicate inline ids get their own line numbers
+    origins = [(p, str(path), line_for(lines, ("prompts", i, "id"))) for i, p in enumerate(spec.prompts)]
+    if spec.dataset:
+        dataset_line = line_for(lines, ("dataset",))
+        ds_path = path.parent / spec.dataset
+        if not ds_path.is_file():
+            raise SpecError(f"dataset file not found: {ds_path}", path=str(path), line=dataset_line,
+                            field="dataset")
+        origins += load_dataset(ds_path, spec_path=path)
+    _check_duplicates(origins)
+    spec._resolved = [p for p, _, _ in origins]
+    if not spec._resolved:
+        raise SpecError("no prompts: the dataset is empty and there are no inline prompts",
+                        path=str(path), line=line_for(lines, ("dataset",)), field="dataset")
+    return spec
