@@ -35,9 +35,14 @@ class EvalfarmGroup(click.Group):
 @click.option("--log-level", default="WARNING", envvar="EVALFARM_LOG_LEVEL", show_default=True)
 def main(log_level: str) -> None:
     """evalfarm: a distributed eval farm for LLM prompts, models and coding agents."""
+    from . import load_plugins
     from .logs import configure
 
     configure(log_level)
+    try:
+        load_plugins()
+    except ImportError as exc:
+        raise EvalfarmError(f"EVALFARM_PLUGINS: cannot import {exc.name!r}: {exc}") from None
 
 
 state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),

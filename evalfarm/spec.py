@@ -193,9 +193,11 @@ def parse_spec(data: Any, *, path: Path, lines: dict | None = None) -> EvalSpec:
     try:
         spec = EvalSpec.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errors = exc.errors()
+        err = errors[0]
         loc = tuple(err["loc"])
-        raise SpecError(_message(err, EvalSpec), path=str(path), line=line_for(lines, loc),
+        more = f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+        raise SpecError(_message(err, EvalSpec) + more, path=str(path), line=line_for(lines, loc),
                         field=dotted(loc) or None) from None
     spec._source = path
     spec._lines = lines

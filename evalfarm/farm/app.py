@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from celery import Celery
-from kombu import Queue
+from kombu import Exchange, Queue
 
 from .settings import FarmSettings
 
@@ -19,7 +19,8 @@ def create_app(settings: FarmSettings) -> Celery:
         result_accept_content=["json"], task_ignore_result=True,
         task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
         task_default_queue="provider",
-        task_queues=[Queue(q) for q in QUEUES],
+        task_queues=[Queue(q, Exchange(q, type="direct"), routing_key=q) for q in QUEUES],
+        task_default_exchange="provider", task_default_routing_key="provider",
         task_routes={RUN_BATCH: {"queue": "provider"}, AGGREGATE: {"queue": "aggregate"}},
         broker_connection_retry_on_startup=True,
         broker_transport_options={"visibility_timeout": settings.visibility_timeout},

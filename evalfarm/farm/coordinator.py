@@ -52,7 +52,7 @@ class Coordinator:
             except Exception as exc:
                 from ..redact import redact
                 raise FarmError(f"cannot reach the run store at {redact(settings.effective_store_url or '')}: "
-                                f"{redact(str(exc))}; is Redis running? (--broker / EVALFARM_BROKER_URL)") from None
+                                f"{redact(str(exc)).rstrip('.')}; is Redis running? (--broker / EVALFARM_BROKER_URL)") from None
 
     @property
     def mode(self) -> str:

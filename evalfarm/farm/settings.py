@@ -32,15 +32,16 @@ class FarmSettings:
     def from_env(cls, broker_url: str | None = None, **overrides) -> "FarmSettings":
         env = os.environ
         batch = env.get("EVALFARM_BATCH_SIZE")
-        return cls(
+        values = dict(
             broker_url=broker_url or env.get("EVALFARM_BROKER_URL") or None,
             result_backend=env.get("EVALFARM_RESULT_BACKEND") or None,
             store_url=env.get("EVALFARM_STORE_URL") or None,
             batch_size=int(batch) if batch else None,
             max_in_flight=int(env.get("EVALFARM_MAX_IN_FLIGHT", "64")),
             visibility_timeout=int(env.get("EVALFARM_VISIBILITY_TIMEOUT", "300")),
-            **overrides,
         )
+        values.update(overrides)
+        return cls(**values)
 
 
 def pick_batch_size(total: int, configured: int | None) -> int:

@@ -129,6 +129,7 @@ class MemoryStore(RunStore):
                 err, cost = _meta_of(o)
                 old = rmeta.get(o["key"])
                 a = o["adapter"]
+                counts["executed"] = counts.get("executed", 0) + 1
                 if old is None:
                     for f in ("done", f"done:{a}"):
                         counts[f] = counts.get(f, 0) + 1
@@ -177,6 +178,7 @@ for i = 1, #ARGV, 3 do
   local key, body = ARGV[i], ARGV[i + 1]
   local a, err, cost = string.match(ARGV[i + 2], "^(.*)|(%d+)|(-?%d+)$")
   err = tonumber(err); cost = tonumber(cost)
+  redis.call('HINCRBY', KEYS[3], 'executed', 1)
   local old = redis.call('HGET', KEYS[2], key)
   local old_err, old_cost = 0, 0
   if old then

@@ -21,7 +21,8 @@ def store_for(settings: FarmSettings) -> RunStore:
     if url is None:
         if settings.embedded:
             return EMBEDDED_STORE
-        raise ValueError("the run store needs Redis: set EVALFARM_STORE_URL or use a redis:// broker")
+        from ..errors import FarmError
+        raise FarmError("the run store needs Redis: with a non-Redis broker set EVALFARM_STORE_URL=redis://...")
     with _LOCK:
         if url not in _STORES:
             _STORES[url] = RedisStore(url)
@@ -29,11 +30,11 @@ def store_for(settings: FarmSettings) -> RunStore:
 
 
 def register(app: Celery, settings: FarmSettings) -> None:
-    @app.task(name=RUN_BATCH, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+    @app.task(name=RUN_BATCH, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def run_batch(run_id: str, keys: list[str]) -> int:
         return work.execute_batch(store_for(settings), run_id, keys, settings.max_in_flight,
                                   lambda rid: app.tasks[AGGREGATE].apply_async(args=[rid], queue="aggregate"))
 
-    @app.task(name=AGGREGATE, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+    @app.task(name=AGGREGATE, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def aggregate(run_id: str) -> bool:
         return work.finalize(store_for(settings), run_id) is not None

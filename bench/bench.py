@@ -1,0 +1,183 @@
+"""`make bench`: throughput and memory of the farm beside references measured in the same run.
+
+Foundation figures: a 10,000-item `mock` run on the embedded farm and on Redis
+with one worker, beside a bare Celery chord of 10,000 no-op tasks on the same
+Redis (waited on by polling the body's result key, the fast way; see DESIGN.md).
+Machines here are noisy: compare the ratios, not the absolute numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 10) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"port {port} not open")
+
+
+class Redis:
+    def __init__(self, tmp: Path) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen([shutil.which("redis-server") or "redis-server", "--port", str(self.port),
+                                      "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.port)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def flush(self) -> None:
+        import redis
+        redis.Redis.from_url(self.url).flushall()
+
+    def used_memory_mb(self) -> float:
+        import redis
+        return redis.Redis.from_url(self.url).info("memory")["used_memory"] / 1e6
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def start_worker(args: list[str], env: dict[str, str], ready: bytes = b"ready.") -> subprocess.Popen:
+    log = tempfile.NamedTemporaryFile(prefix="bench-worker-", suffix=".log", delete=False)
+    proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if ready in Path(log.name).read_bytes():
+            return proc
+        if proc.poll() is not None:
+            raise RuntimeError(Path(log.name).read_text()[-3000:])
+        time.sleep(0.1)
+    raise RuntimeError("worker not ready")
+
+
+def stop_worker(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def mock_spec(tmp: Path, n_items: int, adapters: list[str] | None = None):
+    from evalfarm import load_spec
+    adapters = adapters or ["mock"]
+    n_prompts = n_items // len(adapters)
+    with open(tmp / "bench.jsonl", "w") as fh:
+        for i in range(n_prompts):
+            fh.write(json.dumps({"id": f"p{i:06d}", "text": f"prompt number {i}",
+                                 "expected_output_contains": [str(i)]}) + "\n")
+    (tmp / "bench.yaml").write_text(f"name: bench\ndataset: bench.jsonl\nadapters: {json.dumps(adapters)}\n")
+    return load_spec(tmp / "bench.yaml")
+
+
+def farm_run(spec, broker: str | None) -> tuple[float, int]:
+    from evalfarm.farm.coordinator import Coordinator
+    from evalfarm.farm.settings import FarmSettings
+    coord = Coordinator(FarmSettings.from_env(broker_url=broker))
+    t0 = time.perf_counter()
+    run_id, raw = coord.run(spec, timeout_s=600)
+    elapsed = time.perf_counter() - t0
+    report = json.loads(raw)
+    items = sum(f["items"] for f in report["per_adapter"].values())
+    return elapsed, items
+
+
+def bare_chord(redis_url: str, n: int, env: dict[str, str]) -> float:
+    env = dict(env, BENCH_REDIS_URL=redis_url)
+    worker = start_worker([sys.executable, "-m", "celery", "-A", "bench.bare_chord", "worker", "-P", "threads",
+                           "-c", "8", "--without-gossip", "--without-mingle", "--without-heartbeat",
+                           "--loglevel", "INFO"], env)
+    try:
+        os.environ["BENCH_REDIS_URL"] = redis_url
+        from celery import chord
+        import bench.bare_chord as bc
+        bc.app.conf.broker_url = bc.app.conf.result_backend = redis_url
+        t0 = time.perf_counter()
+        result = chord(bc.noop.s(i) for i in range(n))(bc.done.s())
+        while result.state not in ("SUCCESS", "FAILURE"):  # poll the body's key, not the header's pub/sub
+            time.sleep(0.05)
+        elapsed = time.perf_counter() - t0
+        assert result.get(timeout=5) == n
+        return elapsed
+    finally:
+        stop_worker(worker)
+
+
+def row(name: str, items: int, seconds: float, ref: float | None = None) -> dict:
+    rate = items / seconds
+    out = {"case": name, "items": items, "seconds": round(seconds, 2), "items_per_s": round(rate, 1)}
+    if ref:
+        out["vs_bare_chord"] = round(rate / ref, 2)
+    print(f"  {name:<44} {items:>7} items {seconds:>8.2f} s {rate:>10,.0f} items/s"
+          + (f"   x{rate / ref:.2f} vs bare chord" if ref else ""), flush=True)
+    return out
+
+
+def foundation(redis: Redis, tmp: Path, n: int, env: dict[str, str]) -> list[dict]:
+    print(f"\n== foundation: {n:,} mock items ==", flush=True)
+    spec = mock_spec(tmp, n)
+    rows = []
+    redis.flush()
+    chord_s = bare_chord(redis.url, n, env)
+    ref = n / chord_s
+    rows.append(row("bare Celery chord, no-op tasks, 1 worker", n, chord_s))
+    t, items = farm_run(spec, None)
+    rows.append(row("evalfarm embedded (no server)", items, t, ref))
+    redis.flush()
+    worker = start_worker([sys.executable, "-m", "evalfarm.cli", "worker", "-c", "8", "--loglevel", "INFO"],
+                          dict(env, EVALFARM_BROKER_URL=redis.url))
+    try:
+        t, items = farm_run(spec, redis.url)
+        rows.append(row("evalfarm on Redis, 1 worker", items, t, ref))
+    finally:
+        stop_worker(worker)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--items", type=int, default=10_000)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        redis = Redis(tmp)
+        try:
+            results = {"foundation": foundation(redis, tmp, args.items, env)}
+        finally:
+            redis.stop()
+    print(f"\ncoordinator (this process) peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""The pure core: golden checks, aggregation, pass^k, thresholds, diff."""
+from __future__ import annotations
+
+import pytest
+
+from evalfarm.aggregate import aggregate, nothing_measured, percentile, threshold_failures
+from evalfarm.checks import golden_check
+from evalfarm.diff import diff_reports
+from evalfarm.judge import clamp01
+from evalfarm.spec import PromptSpec, Thresholds
+
+
+def P(**kw) -> PromptSpec:
+    return PromptSpec(id=kw.pop("id", "p"), text=kw.pop("text", "t"), **kw)
+
+
+def test_golden_check_substrings_and_regex():
+    p = P(expected_output_contains=["hello", "world"], expected_output_regex=r"^hello")
+    assert golden_check(p, "hello world") == (True, "all assertions passed")
+    ok, why = golden_check(p, "hello there")
+    assert not ok and why == "missing expected substring 'world'"
+    ok, why = golden_check(p, "say hello world")
+    assert not ok and "regex '^hello' did not match" in why
+    assert golden_check(P(), "anything") == (True, "no assertions")
+    # re.search, not re.match
+    assert golden_check(P(expected_output_regex=r"\d+"), "abc 42")[0]
+
+
+def test_clamp():
+    assert clamp01(1.7) == 1.0 and clamp01(-2) == 0.0 and clamp01(float("nan")) == 0.0 and clamp01(0.25) == 0.25
+
+
+def test_percentile():
+    assert percentile([], 50) is None
+    assert percentile([5.0], 95) == 5.0
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile(list(range(1, 101)), 95) == pytest.approx(95.05)
+
+
+def o(adapter, prompt, trial=0, passed=True, judge=None, error=None, latency=10.0):
+    return {"key": f"{adapter}-{prompt}-{trial}", "adapter": adapter, "prompt_id": prompt, "trial": trial,
+            "golden_passed": None if error else passed, "judge_score": judge, "latency_ms": latency,
+            "error": error, "cost_usd": 0.001, "input_tokens": 3, "output_tokens": 5}
+
+
+def test_aggregate_overall_blends_judge():
+    outs = [o("a", "p1", judge=1.0), o("a", "p2", passed=False, judge=0.5)]
+    fig = aggregate(outs, ["a"], trials=1, judge_weight=0.4)["a"]
+    assert fig["golden_pass_rate"] == 0.5
+    assert fig["judge_mean"] == 0.75
+    assert fig["overall"] == pytest.approx(0.6 * 0.5 + 0.4 * 0.75)
+    assert fig["prompts"] == 2 and fig["items"] == 2 and "pass_k" not in fig
+    no_judge = aggregate(outs, ["a"], trials=1, judge_weight=None)["a"]
+    assert no_judge["overall"] == 0.5
+
+
+def test_errors_are_not_quality_failures():
+    outs = [o("a", "p1"), o("a", "p2", error={"class": "ConnectionError"})]
+    fig = aggregate(outs, ["a"], trials=1, judge_weight=None)["a"]
+    assert fig["golden_pass_rate"] == 1.0 and fig["errors"] == 1 and fig["measured"] == 1
+    assert fig["error_classes"] == {"ConnectionError": 1}
+    assert not nothing_measured({"a": fig})
+    all_err = aggregate([o("a", "p1", error={"class": "X"})], ["a"], trials=1, judge_weight=None)
+    assert nothing_measured(all_err) and all_err["a"]["golden_pass_rate"] is None
+
+
+def test_pass_k_and_flaky():
+    outs = [o("a", "p1", 0), o("a", "p1", 1), o("a", "p2", 0), o("a", "p2", 1, passed=False),
+            o("a", "p3", 0, passed=False), o("a", "p3", 1, passed=False)]
+    pk = aggregate(outs, ["a"], trials=2, judge_weight=None)["a"]["pass_k"]
+    assert pk["per_prompt"] == {"p1": True, "p2": False, "p3": False}
+    assert pk["flaky"] == ["p2"] and pk["rate"] == pytest.approx(1 / 3) and pk["k"] == 2
+
+
+def test_latency_percentiles_and_cost():
+    outs = [o("a", f"p{i}", latency=float(i)) for i in range(1, 101)]
+    fig = aggregate(outs, ["a"], trials=1, judge_weight=None)["a"]
+    assert fig["latency_ms_p50"] == 50.5 and fig["latency_ms_p95"] == pytest.approx(95.05)
+    assert fig["cost_usd"] == pytest.approx(0.1) and fig["tokens_in"] == 300
+
+
+def test_threshold_failures_format():
+    per = {"a": {"golden_pass_rate": 0.5, "judge_mean": 0.9, "overall": 0.6, "items": 2, "errors": 0},
+           "b": {"golden_pass_rate": None, "judge_mean": None, "overall": None, "items": 2, "errors": 2}}
+    fails = threshold_failures(per, Thresholds(golden_pass_rate_min=0.8, judge_score_min=0.7))
+    assert fails[0] == "a: golden_pass_rate 0.5000 < 0.8"
+    assert fails[1].startswith("b: golden_pass_rate not measured (2 of 2 items errored)")
+    assert len(fails) == 3
+    assert threshold_failures(per, Thresholds()) == []
+
+
+def test_diff_winner_and_missing_adapter():
+    a = {"run_id": "A", "per_adapter": {"x": {"overall": 0.5, "golden_pass_rate": 0.5},
+                                         "y": {"overall": 0.9, "golden_pass_rate": 0.9}}}
+    b = {"run_id": "B", "per_adapter": {"x": {"overall": 0.8, "golden_pass_rate": 0.7},
+                                         "z": {"overall": 0.1, "golden_pass_rate": 0.1}}}
+    d = diff_reports(a, b, tolerance=0.01)
+    assert d["per_adapter"]["x"]["overall_delta"] == pytest.approx(0.3) and d["per_adapter"]["x"]["winner"] == "b"
+    assert d["per_adapter"]["y"]["overall_b"] == 0.0 and d["per_adapter"]["y"]["winner"] == "a"
+    assert d["per_adapter"]["z"]["golden_rate_a"] == 0.0 and d["per_adapter"]["z"]["in_a"] is False
+    tie = diff_reports(a, a, tolerance=0.01)
+    assert tie["winner"] == "tie" and all(r["winner"] == "tie" for r in tie["per_adapter"].values())
+    near = diff_reports(a, {"run_id": "C", "per_adapter": {"x": {"overall": 0.505, "golden_pass_rate": 0.5},
+                                                           "y": {"overall": 0.9, "golden_pass_rate": 0.9}}})
+    assert near["per_adapter"]["x"]["winner"] == "tie"
