@@ -133,28 +133,28 @@ def diff(run_a: str, run_b: str, tolerance: float, state_dir: Path, as_json: boo
         out_console.print(diff_table(result))
 
 
-POOLS = {"provider": ["provider"], "judge": ["judge"], "spawn": ["spawn"], "aggregate": ["aggregate"],
-         "all": ["provider", "judge", "spawn", "aggregate"]}
-
-
 @main.command()
-@click.option("--pool", type=click.Choice(sorted(POOLS)), default="all", show_default=True)
-@click.option("-c", "--concurrency", type=click.IntRange(1, 512), default=8, show_default=True,
-              help="Tasks this worker runs at once (threads sharing one event loop).")
+@click.option("--pool", type=click.Choice(["provider", "judge", "spawn", "aggregate", "all"]), default="all",
+              show_default=True, help="Which queues to consume, with that pool's settings (evalfarm/farm/pools.py).")
+@click.option("-c", "--concurrency", type=click.IntRange(1, 512),
+              help="Tasks this worker runs at once (threads sharing one event loop); default: the pool's.")
 @click.option("--broker", envvar="EVALFARM_BROKER_URL", metavar="URL")
 @click.option("--loglevel", default="WARNING", show_default=True)
-def worker(pool: str, concurrency: int, broker: str | None, loglevel: str) -> None:
+def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str) -> None:
     """Start a worker consuming one pool's queues."""
     from .farm.app import create_app
+    from .farm.pools import POOLS
     from .farm.settings import FarmSettings
 
     if not broker:
         raise EvalfarmError("a worker needs a broker: pass --broker redis://HOST:6379/0 "
                             "or set EVALFARM_BROKER_URL")
-    app = create_app(FarmSettings.from_env(broker_url=broker))
-    app.worker_main(["worker", "-Q", ",".join(POOLS[pool]), "-P", "threads", "-c", str(concurrency),
-                     "--loglevel", loglevel, "-n", f"{pool}-%i@%h", "--without-gossip", "--without-mingle",
-                     "--without-heartbeat"])
+    spec = POOLS[pool]
+    settings = FarmSettings.from_env(broker_url=broker)
+    app = create_app(settings, pool=spec)
+    app.worker_main(["worker", "-Q", ",".join(spec.queues), "-P", "threads",
+                     "-c", str(concurrency or spec.concurrency), "--loglevel", loglevel,
+                     "-n", f"{pool}-%i@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"])
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -32,6 +32,7 @@ class Outcome:
     output: str | None = None
     golden_passed: bool | None = None
     golden_reason: str | None = None
+    passed: bool | None = None  # the item's quality verdict; None when nothing was measured
     judge_score: float | None = None
     latency_ms: float | None = None
     finish_reason: str | None = None
@@ -63,6 +64,7 @@ async def run_item(item: Item, adapter: Adapter, judge: Judge | None) -> Outcome
     out.input_tokens, out.output_tokens = completion.input_tokens, completion.output_tokens
     out.cost_usd = completion.cost_usd
     out.golden_passed, out.golden_reason = golden_check(item.prompt, completion.text)
+    out.passed = out.golden_passed
     if judge is not None:
         try:
             out.judge_score = clamp01(await judge.score(item.prompt, completion.text))

@@ -4,6 +4,7 @@ from __future__ import annotations
 from celery import Celery
 from kombu import Exchange, Queue
 
+from .pools import Pool
 from .settings import FarmSettings
 
 QUEUES = ("provider", "judge", "spawn", "aggregate")
@@ -11,7 +12,7 @@ RUN_BATCH = "evalfarm.run_batch"
 AGGREGATE = "evalfarm.aggregate"
 
 
-def create_app(settings: FarmSettings) -> Celery:
+def create_app(settings: FarmSettings, pool: Pool | None = None) -> Celery:
     """One app per settings; tasks are registered by name so any process can route them."""
     app = Celery("evalfarm", set_as_current=False)
     conf = dict(
@@ -26,6 +27,11 @@ def create_app(settings: FarmSettings) -> Celery:
         broker_transport_options={"visibility_timeout": settings.visibility_timeout},
         worker_hijack_root_logger=False, worker_send_task_events=False,
     )
+    if pool is not None:
+        conf.update(worker_prefetch_multiplier=pool.prefetch_multiplier, task_soft_time_limit=pool.soft_time_limit,
+                    task_time_limit=pool.time_limit,
+                    broker_transport_options={"visibility_timeout": settings.visibility_timeout
+                                              if settings.visibility_explicit else pool.visibility_timeout})
     if settings.embedded:
         conf.update(broker_url="memory://", task_always_eager=True, task_eager_propagates=True)
     else:

@@ -14,7 +14,8 @@ class FarmSettings:
     store_url: str | None = None  # the run store; defaults to the broker when it is Redis
     batch_size: int | None = None  # items per task; None picks by run size
     max_in_flight: int = 64  # calls in flight per worker process
-    visibility_timeout: int = 300  # seconds before an unacked task is redelivered
+    visibility_timeout: int = 900  # seconds before an unacked task is redelivered
+    visibility_explicit: bool = False  # set from the environment: overrides the pool's
 
     @property
     def embedded(self) -> bool:
@@ -38,7 +39,8 @@ class FarmSettings:
             store_url=env.get("EVALFARM_STORE_URL") or None,
             batch_size=int(batch) if batch else None,
             max_in_flight=int(env.get("EVALFARM_MAX_IN_FLIGHT", "64")),
-            visibility_timeout=int(env.get("EVALFARM_VISIBILITY_TIMEOUT", "300")),
+            visibility_timeout=int(env.get("EVALFARM_VISIBILITY_TIMEOUT", "900")),
+            visibility_explicit="EVALFARM_VISIBILITY_TIMEOUT" in env,
         )
         values.update(overrides)
         return cls(**values)
