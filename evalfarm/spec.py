@@ -28,6 +28,7 @@ class PromptSpec(_Model):
     expected_output_contains: list[str] = Field(default_factory=list)
     expected_output_regex: str | None = None
     tags: list[str] = Field(default_factory=list)
+    system: str | None = None  # system prompt sent with this prompt (set by a prompt version, or inline)
 
     @field_validator("expected_output_regex")
     @classmethod
