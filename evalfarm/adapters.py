@@ -75,8 +75,24 @@ def registered() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def resolve_adapter(adapter_id: str) -> Adapter:
-    """Look an adapter id up; raises KeyError with the known ids when unknown."""
+_PROVIDERS: dict[str, Callable[[Any], Adapter]] = {}
+
+
+def register_provider(name: str, factory: Callable[[Any], Adapter]) -> None:
+    """Adapter objects in a spec (``provider: NAME``) are built by ``factory(AdapterSpec)``."""
+    _PROVIDERS[name] = factory
+
+
+def resolve_adapter(entry: "str | Any") -> Adapter:
+    """An adapter id or an AdapterSpec -> an Adapter; KeyError names what is known."""
+    if not isinstance(entry, str):
+        if not _PROVIDERS:
+            from . import providers  # noqa: F401  (registers the built-in providers)
+        factory = _PROVIDERS.get(entry.provider)
+        if factory is None:
+            raise KeyError(f"unknown provider {entry.provider!r}; available: {', '.join(sorted(_PROVIDERS))}")
+        return factory(entry)
+    adapter_id = entry
     prefix = adapter_id.split(":", 1)[0]
     factory = _REGISTRY.get(adapter_id) or _REGISTRY.get(prefix)
     if factory is None:

@@ -36,6 +36,10 @@ class _Acc:
         self.tokens_in = self.tokens_out = 0
         self.cost = 0.0
         self.error_classes: dict[str, int] = defaultdict(int)
+        self.failure_modes: dict[str, int] = defaultdict(int)
+        self.ok = 0  # items whose full verdict (checks and judge) passed
+        self.judge_in = self.judge_out = 0
+        self.judge_cost = 0.0
 
 
 def aggregate(outcomes: Iterable[dict[str, Any]], adapters: list[str], *, trials: int,
@@ -49,6 +53,11 @@ def aggregate(outcomes: Iterable[dict[str, Any]], adapters: list[str], *, trials
         acc.tokens_in += o.get("input_tokens") or 0
         acc.tokens_out += o.get("output_tokens") or 0
         acc.cost += o.get("cost_usd") or 0.0
+        acc.judge_in += o.get("judge_input_tokens") or 0
+        acc.judge_out += o.get("judge_output_tokens") or 0
+        acc.judge_cost += o.get("judge_cost_usd") or 0.0
+        if o.get("failure_mode"):
+            acc.failure_modes[o["failure_mode"]] += 1
         if o.get("error"):
             acc.errors += 1
             acc.error_classes[o["error"].get("class", "Error")] += 1
@@ -58,6 +67,9 @@ def aggregate(outcomes: Iterable[dict[str, Any]], adapters: list[str], *, trials
         tp[1] += 1
         if o["golden_passed"]:
             acc.passed += 1
+        verdict = o.get("passed", o["golden_passed"])
+        if verdict:
+            acc.ok += 1
             tp[0] += 1
         if o.get("judge_score") is not None:
             acc.judge_sum += o["judge_score"]
@@ -80,10 +92,13 @@ def _figures(acc: _Acc, trials: int, judge_weight: float | None) -> dict[str, An
         "prompts": len(acc.prompts), "items": acc.items, "measured": acc.measured,
         "errors": acc.errors, "error_classes": dict(sorted(acc.error_classes.items())),
         "golden_passed": acc.passed, "golden_pass_rate": _r(golden), "judge_mean": _r(judge_mean),
+        "passed": acc.ok, "pass_rate": _r(acc.ok / acc.measured) if acc.measured else None,
+        "failure_modes": dict(sorted(acc.failure_modes.items())),
         "overall": _r(overall),
         "latency_ms_p50": _r(percentile(acc.latencies, 50), 3),
         "latency_ms_p95": _r(percentile(acc.latencies, 95), 3),
         "tokens_in": acc.tokens_in, "tokens_out": acc.tokens_out, "cost_usd": _r(acc.cost, 8),
+        "judge_tokens_in": acc.judge_in, "judge_tokens_out": acc.judge_out, "judge_cost_usd": _r(acc.judge_cost, 8),
     }
     if trials > 1:
         per_prompt = {p: (tp[1] == trials and tp[0] == trials) for p, tp in sorted(acc.trial_pass.items())}
@@ -112,6 +127,16 @@ def threshold_failures(per_adapter: dict[str, dict[str, Any]], thresholds: Thres
             elif value < limit:
                 failures.append(f"{adapter}: {metric} {value:.4f} < {limit:g}")
     return failures
+
+
+def run_cost(per_adapter: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The run's spend: the models under test and the judge, apart."""
+    model = sum(f.get("cost_usd") or 0.0 for f in per_adapter.values())
+    judge = sum(f.get("judge_cost_usd") or 0.0 for f in per_adapter.values())
+    return {"model_usd": _r(model, 8), "judge_usd": _r(judge, 8), "total_usd": _r(model + judge, 8),
+            "model_tokens": sum(f.get("tokens_in", 0) + f.get("tokens_out", 0) for f in per_adapter.values()),
+            "judge_tokens": sum(f.get("judge_tokens_in", 0) + f.get("judge_tokens_out", 0)
+                                for f in per_adapter.values())}
 
 
 def nothing_measured(per_adapter: dict[str, dict[str, Any]]) -> bool:

@@ -13,8 +13,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
 from .adapters import Adapter
-from .checks import golden_check
+from .checks import golden_check, run_checks
 from .judge import Judge, clamp01
+from .taxonomy import classify
 from .plan import Item
 from .redact import redact
 
@@ -30,59 +31,124 @@ class Outcome:
     adapter: str
     trial: int
     output: str | None = None
-    golden_passed: bool | None = None
+    golden_passed: bool | None = None  # expected_* assertions and every check (all deterministic)
     golden_reason: str | None = None
-    passed: bool | None = None  # the item's quality verdict; None when nothing was measured
+    checks: list[dict[str, Any]] | None = None
     judge_score: float | None = None
+    judge_criteria: list[dict[str, Any]] | None = None
+    judge_reason: str | None = None
+    passed: bool | None = None  # the item's quality verdict; None when nothing was measured
+    failure_mode: str | None = None
     latency_ms: float | None = None
     finish_reason: str | None = None
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    judge_input_tokens: int = 0
+    judge_output_tokens: int = 0
+    judge_cost_usd: float = 0.0
+    attempts: int | None = None
     error: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Outcome":
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
 
 def _error(exc: BaseException, stage: str) -> dict[str, Any]:
     return {"class": type(exc).__name__, "stage": stage, "message": redact(str(exc))[:500],
-            "status": getattr(exc, "status", None)}
+            "status": getattr(exc, "status", None), "attempts": getattr(exc, "attempts", None)}
 
 
-async def run_item(item: Item, adapter: Adapter, judge: Judge | None) -> Outcome:
+def finish_outcome(out: Outcome, judge_spec_pass: float | None) -> Outcome:
+    """Set the verdict and failure mode once everything about the item is known."""
+    if out.error is None:
+        judged_ok = out.judge_score is None or judge_spec_pass is None or out.judge_score >= judge_spec_pass
+        out.passed = bool(out.golden_passed) and judged_ok
+    out.failure_mode = classify(out.to_dict())
+    return out
+
+
+async def call_item(item: Item, adapter: Adapter) -> Outcome:
+    """Stage 1: call the adapter, run the deterministic checks."""
     out = Outcome(key=item.key, prompt_id=item.prompt.id, adapter=item.adapter, trial=item.trial)
     started = time.perf_counter()
     try:
         completion = await adapter.complete(item.prompt, item.trial)
     except Exception as exc:  # a provider failure is a runtime error, never a quality failure
         out.error = _error(exc, "adapter")
+        out.attempts = getattr(exc, "attempts", None)
         return out
     out.latency_ms = round((time.perf_counter() - started) * 1000.0, 3)
     out.output = completion.text
     out.finish_reason = completion.finish_reason
     out.input_tokens, out.output_tokens = completion.input_tokens, completion.output_tokens
     out.cost_usd = completion.cost_usd
+    out.attempts = completion.meta.get("attempts")
     out.golden_passed, out.golden_reason = golden_check(item.prompt, completion.text)
-    out.passed = out.golden_passed
-    if judge is not None:
-        try:
-            out.judge_score = clamp01(await judge.score(item.prompt, completion.text))
-        except Exception as exc:
-            out.error = _error(exc, "judge")
+    out.checks = run_checks(item.prompt, completion.text)
+    failed = next((c for c in out.checks if not c["passed"]), None)
+    if out.golden_passed and failed is not None:
+        out.golden_passed, out.golden_reason = False, f"check {failed['kind']}: {failed['reason']}"
     return out
 
 
+async def judge_item(item: Item, out: Outcome, judge: Judge | None, pass_score: float | None) -> Outcome:
+    """Stage 2: judge a measured output (on the judge queue in the farm), then the verdict."""
+    if judge is not None and out.error is None:
+        try:
+            result = await judge.judge(item.prompt, out.output or "")
+        except Exception as exc:
+            out.error = _error(exc, "judge")
+            t_in, t_out, cost = getattr(exc, "tokens", (0, 0, 0.0))
+            out.judge_input_tokens, out.judge_output_tokens, out.judge_cost_usd = t_in, t_out, cost
+            return finish_outcome(out, pass_score)
+        out.judge_score = clamp01(result.score)
+        out.judge_criteria = result.criteria or None
+        out.judge_reason = result.reason or None
+        out.judge_input_tokens, out.judge_output_tokens = result.input_tokens, result.output_tokens
+        out.judge_cost_usd = result.cost_usd
+    return finish_outcome(out, pass_score)
+
+
+async def run_item(item: Item, adapter: Adapter, judge: Judge | None, pass_score: float | None = None) -> Outcome:
+    return await judge_item(item, await call_item(item, adapter), judge, pass_score)
+
+
 async def run_items(items: Iterable[Item], adapters: dict[str, Adapter], judge: Judge | None,
-                    max_in_flight: int = 64) -> list[Outcome]:
+                    max_in_flight: int = 64, pass_score: float | None = None) -> list[Outcome]:
     """Run items concurrently, at most ``max_in_flight`` at once, results in input order."""
     sem = asyncio.Semaphore(max_in_flight)
 
     async def one(item: Item) -> Outcome:
         async with sem:
-            return await run_item(item, adapters[item.adapter], judge)
+            return await run_item(item, adapters[item.adapter], judge, pass_score)
 
     return list(await asyncio.gather(*(one(i) for i in items)))
+
+
+async def call_items(items: Iterable[Item], adapters: dict[str, Adapter], max_in_flight: int = 64) -> list[Outcome]:
+    sem = asyncio.Semaphore(max_in_flight)
+
+    async def one(item: Item) -> Outcome:
+        async with sem:
+            return await call_item(item, adapters[item.adapter])
+
+    return list(await asyncio.gather(*(one(i) for i in items)))
+
+
+async def judge_items(pairs: list[tuple[Item, Outcome]], judge: Judge | None, pass_score: float | None,
+                      max_in_flight: int = 64) -> list[Outcome]:
+    sem = asyncio.Semaphore(max_in_flight)
+
+    async def one(item: Item, out: Outcome) -> Outcome:
+        async with sem:
+            return await judge_item(item, out, judge, pass_score)
+
+    return list(await asyncio.gather(*(one(i, o) for i, o in pairs)))
 
 
 class LoopThread:

@@ -40,7 +40,7 @@ def iter_items(spec: EvalSpec, prompts: list[PromptSpec], adapter_configs: dict[
                judge_config: dict[str, Any] | None, trials: int | None = None) -> Iterator[Item]:
     """Items in a stable order: adapter, then prompt, then trial."""
     n_trials = trials or spec.trials
-    for adapter in spec.adapters:
+    for adapter in spec.adapter_ids:
         for prompt in prompts:
             for trial in range(n_trials):
                 yield Item(item_key(prompt, adapter_configs[adapter], trial, judge_config),

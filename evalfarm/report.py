@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .aggregate import aggregate, nothing_measured, threshold_failures
+from .aggregate import aggregate, nothing_measured, run_cost, threshold_failures
 from .spec import EvalSpec, Thresholds
 
 SCHEMA = "evalfarm.report/1"
@@ -29,6 +29,7 @@ class RunReport:
     thresholds_passed: bool
     nothing_measured: bool
     outcomes: list[dict[str, Any]] = field(default_factory=list)
+    cost: dict[str, Any] = field(default_factory=dict)
     started_at: str = ""
     finished_at: str = ""
     duration_s: float = 0.0
@@ -58,16 +59,17 @@ def outcome_order(adapters: list[str]):
 def build_report(*, run_id: str, spec: EvalSpec, spec_hash: str, mode: str, trials: int,
                  outcomes: Iterable[dict[str, Any]], started_at: str, finished_at: str,
                  duration_s: float) -> RunReport:
-    ordered = sorted(outcomes, key=outcome_order(spec.adapters))
+    ordered = sorted(outcomes, key=outcome_order(spec.adapter_ids))
     weight = spec.judge.weight if spec.judge else None
-    per_adapter = aggregate(ordered, spec.adapters, trials=trials, judge_weight=weight)
+    per_adapter = aggregate(ordered, spec.adapter_ids, trials=trials, judge_weight=weight)
     failures = threshold_failures(per_adapter, spec.thresholds)
     empty = nothing_measured(per_adapter)
     return RunReport(
         run_id=run_id, spec_name=spec.name, lineage_tag=spec.tag, spec_hash=spec_hash, mode=mode,
-        trials=trials, adapters=list(spec.adapters), judge=spec.judge.model_dump() if spec.judge else None,
+        trials=trials, adapters=spec.adapter_ids, judge=spec.judge.model_dump() if spec.judge else None,
         thresholds=spec.thresholds.model_dump(), per_adapter=per_adapter, threshold_failures=failures,
         thresholds_passed=not failures and not empty, nothing_measured=empty, outcomes=ordered,
+        cost=run_cost(per_adapter),
         started_at=started_at, finished_at=finished_at, duration_s=round(duration_s, 3))
 
 
@@ -105,6 +107,15 @@ def render_markdown(report: dict[str, Any], max_failures: int = 50) -> str:
         lines.append(f"| {adapter} | {f['prompts']} | {f['items']} | {f['errors']} | "
                      f"{_fmt(f['golden_pass_rate'], True)} | {_fmt(f['judge_mean'])} | {_fmt(f['overall'])} | "
                      f"{_fmt(f['latency_ms_p50'])} | {_fmt(f['latency_ms_p95'])} |")
+    cost = report.get("cost") or {}
+    if cost:
+        lines.append(f"\nSpend: models ${cost['model_usd']:.6f}, judge ${cost['judge_usd']:.6f} "
+                     f"(total ${cost['total_usd']:.6f}; tokens: models {cost['model_tokens']}, "
+                     f"judge {cost['judge_tokens']})")
+    for adapter, f in report["per_adapter"].items():
+        if f.get("failure_modes"):
+            modes = ", ".join(f"{k} {v}" for k, v in f["failure_modes"].items())
+            lines.append(f"\n{adapter} failure modes: {modes}")
     for adapter, f in report["per_adapter"].items():
         if "pass_k" in f:
             pk = f["pass_k"]
@@ -112,12 +123,18 @@ def render_markdown(report: dict[str, Any], max_failures: int = 50) -> str:
             lines.append(f"\n{adapter}: pass^{pk['k']} = {_fmt(pk['rate'], True)}; flaky prompts: {flaky}")
     if report["threshold_failures"]:
         lines += ["", "## Threshold failures", ""] + [f"- {f}" for f in report["threshold_failures"]]
-    failed = [o for o in report["outcomes"] if o.get("error") or o.get("golden_passed") is False]
+    failed = [o for o in report["outcomes"] if o.get("error") or o.get("passed", o.get("golden_passed")) is False]
     if failed:
         lines += ["", f"## Failed items ({len(failed)})", ""]
         for o in failed[:max_failures]:
-            why = f"runtime_error {o['error']['class']}: {o['error']['message']}" if o.get("error") \
-                else o["golden_reason"]
+            if o.get("error"):
+                why = f"runtime_error {o['error']['class']}: {o['error']['message']}"
+            elif not o.get("golden_passed"):
+                why = f"{o.get('failure_mode') or 'failed'}: {o['golden_reason']}"
+            else:
+                failed_c = [c['id'] for c in o.get("judge_criteria") or [] if c["verdict"] == "fail"]
+                why = f"{o.get('failure_mode') or 'failed'}: judge score {o.get('judge_score')}" + \
+                    (f" (failed criteria: {', '.join(failed_c)})" if failed_c else "")
             lines.append(f"- `{o['adapter']}` / `{o['prompt_id']}` trial {o['trial']}: {why}")
         if len(failed) > max_failures:
             lines.append(f"- ... and {len(failed) - max_failures} more (see the JSON report)")

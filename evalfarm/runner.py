@@ -35,12 +35,13 @@ def utc_now() -> str:
 
 def make_adapters(spec: EvalSpec, executor: Executor | None = None) -> dict[str, Adapter]:
     adapters: dict[str, Adapter] = {}
-    for i, adapter_id in enumerate(spec.adapters):
+    for i, entry in enumerate(spec.adapters):
+        adapter_id = entry if isinstance(entry, str) else entry.id
         if executor is not None:
             adapters[adapter_id] = CallableAdapter(adapter_id, executor)
             continue
         try:
-            adapters[adapter_id] = resolve_adapter(adapter_id)
+            adapters[adapter_id] = resolve_adapter(entry)
         except KeyError as exc:
             raise SpecError(exc.args[0], path=str(spec._source) if spec._source else None,
                             line=spec_line(spec, ("adapters", i)), field=f"adapters[{i}]") from None
@@ -87,7 +88,8 @@ class Runner:
         items = list(iter_items(spec, prompts, {a: ad.config() for a, ad in adapters.items()},
                                 judge_cfg, n_trials))
         started, t0 = utc_now(), time.perf_counter()
-        outcomes = PROCESS_LOOP.run(lambda: run_items(items, adapters, judge, self.max_in_flight))
+        pass_score = spec.judge.pass_score if spec.judge else None
+        outcomes = PROCESS_LOOP.run(lambda: run_items(items, adapters, judge, self.max_in_flight, pass_score))
         return build_report(run_id=run_id or new_run_id(), spec=spec, spec_hash=spec_hash(spec, prompts),
                             mode="in-process", trials=n_trials, outcomes=[o.to_dict() for o in outcomes],
                             started_at=started, finished_at=utc_now(), duration_s=time.perf_counter() - t0)

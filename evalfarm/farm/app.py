@@ -9,6 +9,7 @@ from .settings import FarmSettings
 
 QUEUES = ("provider", "judge", "spawn", "aggregate")
 RUN_BATCH = "evalfarm.run_batch"
+JUDGE_BATCH = "evalfarm.judge_batch"
 AGGREGATE = "evalfarm.aggregate"
 
 
@@ -22,7 +23,8 @@ def create_app(settings: FarmSettings, pool: Pool | None = None) -> Celery:
         task_default_queue="provider",
         task_queues=[Queue(q, Exchange(q, type="direct"), routing_key=q) for q in QUEUES],
         task_default_exchange="provider", task_default_routing_key="provider",
-        task_routes={RUN_BATCH: {"queue": "provider"}, AGGREGATE: {"queue": "aggregate"}},
+        task_routes={RUN_BATCH: {"queue": "provider"}, JUDGE_BATCH: {"queue": "judge"},
+                     AGGREGATE: {"queue": "aggregate"}},
         broker_connection_retry_on_startup=True,
         broker_transport_options={"visibility_timeout": settings.visibility_timeout},
         worker_hijack_root_logger=False, worker_send_task_events=False,

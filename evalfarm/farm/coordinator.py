@@ -65,12 +65,12 @@ class Coordinator:
         adapters = make_adapters(spec)
         judge = make_judge(spec)
         n_trials = trials or spec.trials
-        total = len(prompts) * len(spec.adapters) * n_trials
+        total = len(prompts) * len(spec.adapter_ids) * n_trials
         run_id = run_id or new_run_id()
         batch_size = pick_batch_size(total, self.settings.batch_size)
         meta = {"run_id": run_id, "spec": spec.model_dump(mode="json"), "spec_hash": spec_hash(spec, prompts),
                 "trials": n_trials, "total": total, "mode": self.mode, "started_at": utc_now(),
-                "state": "running", "batch_size": batch_size, "adapters": list(spec.adapters)}
+                "state": "running", "batch_size": batch_size, "adapters": spec.adapter_ids}
         self.store.create_run(run_id, meta)
         items = iter_items(spec, prompts, {a: ad.config() for a, ad in adapters.items()},
                            judge.config() if judge else None, n_trials)

@@ -54,6 +54,16 @@ class RunStore(ABC):
     def counters(self, run_id: str) -> dict[str, int]: ...
 
     @abstractmethod
+    def put_pending(self, run_id: str, outcomes: list[dict[str, Any]]) -> None:
+        """Outcomes called but not yet judged (they wait for the judge queue)."""
+
+    @abstractmethod
+    def get_pending(self, run_id: str, keys: list[str]) -> list[dict[str, Any] | None]: ...
+
+    @abstractmethod
+    def pending_keys(self, run_id: str) -> list[str]: ...
+
+    @abstractmethod
     def iter_item_keys(self, run_id: str) -> Iterator[str]: ...
 
     @abstractmethod
@@ -93,6 +103,7 @@ class MemoryStore(RunStore):
         self._counts: dict[str, dict[str, int]] = {}
         self._claims: set[tuple[str, str]] = set()
         self._reports: dict[str, bytes] = {}
+        self._pending: dict[str, dict[str, str]] = {}
 
     def create_run(self, run_id: str, meta: dict[str, Any]) -> None:
         with self._lock:
@@ -139,10 +150,22 @@ class MemoryStore(RunStore):
                 counts["cost_nusd"] = counts.get("cost_nusd", 0) + cost - old[1]
                 results[o["key"]] = json.dumps(o)
                 rmeta[o["key"]] = (err, cost)
+                self._pending.get(run_id, {}).pop(o["key"], None)
             return len(results)
 
     def counters(self, run_id: str) -> dict[str, int]:
         return dict(self._counts.get(run_id, {}))
+
+    def put_pending(self, run_id: str, outcomes: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._pending.setdefault(run_id, {}).update({o["key"]: json.dumps(o) for o in outcomes})
+
+    def get_pending(self, run_id: str, keys: list[str]) -> list[dict[str, Any] | None]:
+        pending = self._pending.get(run_id, {})
+        return [json.loads(pending[k]) if k in pending else None for k in keys]
+
+    def pending_keys(self, run_id: str) -> list[str]:
+        return list(self._pending.get(run_id, {}))
 
     def iter_item_keys(self, run_id: str) -> Iterator[str]:
         return iter(list(self._items.get(run_id, {})))
@@ -172,7 +195,7 @@ class MemoryStore(RunStore):
 
 
 _RECORD_LUA = """
--- KEYS: results, rmeta, counts ; ARGV: triples of (key, json, adapter|err|cost)
+-- KEYS: results, rmeta, counts, pending ; ARGV: triples of (key, json, adapter|err|cost)
 local done = 0
 for i = 1, #ARGV, 3 do
   local key, body = ARGV[i], ARGV[i + 1]
@@ -197,6 +220,7 @@ for i = 1, #ARGV, 3 do
   end
   redis.call('HSET', KEYS[1], key, body)
   redis.call('HSET', KEYS[2], key, err .. '|' .. cost)
+  redis.call('HDEL', KEYS[4], key)
 end
 return redis.call('HLEN', KEYS[1])
 """
@@ -270,11 +294,23 @@ class RedisStore(RunStore):
         for o in outcomes:
             err, cost = _meta_of(o)
             args += [o["key"], json.dumps(o), f"{o['adapter']}|{err}|{cost}"]
-        keys = [_k(run_id, "results"), _k(run_id, "rmeta"), _k(run_id, "counts")]
+        keys = [_k(run_id, "results"), _k(run_id, "rmeta"), _k(run_id, "counts"), _k(run_id, "pending")]
         return int(self._record(keys=keys, args=args))
 
     def counters(self, run_id: str) -> dict[str, int]:
         return {k.decode(): int(v) for k, v in self.r.hgetall(_k(run_id, "counts")).items()}
+
+    def put_pending(self, run_id: str, outcomes: list[dict[str, Any]]) -> None:
+        if outcomes:
+            self.r.hset(_k(run_id, "pending"), mapping={o["key"]: json.dumps(o) for o in outcomes})
+
+    def get_pending(self, run_id: str, keys: list[str]) -> list[dict[str, Any] | None]:
+        if not keys:
+            return []
+        return [json.loads(v) if v is not None else None for v in self.r.hmget(_k(run_id, "pending"), keys)]
+
+    def pending_keys(self, run_id: str) -> list[str]:
+        return [k.decode() for k, _ in self.r.hscan_iter(_k(run_id, "pending"), count=2000)]
 
     def iter_item_keys(self, run_id: str) -> Iterator[str]:
         for key, _ in self.r.hscan_iter(_k(run_id, "items"), count=2000):  # no_values needs Redis 7.4

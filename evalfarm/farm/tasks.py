@@ -5,10 +5,11 @@ import threading
 
 from celery import Celery
 
-from .app import AGGREGATE, RUN_BATCH
+from ..errors import FarmError
+from . import work
+from .app import AGGREGATE, JUDGE_BATCH, RUN_BATCH
 from .settings import FarmSettings
 from .store import MemoryStore, RedisStore, RunStore
-from . import work
 
 _STORES: dict[str, RunStore] = {}
 _LOCK = threading.Lock()
@@ -21,7 +22,6 @@ def store_for(settings: FarmSettings) -> RunStore:
     if url is None:
         if settings.embedded:
             return EMBEDDED_STORE
-        from ..errors import FarmError
         raise FarmError("the run store needs Redis: with a non-Redis broker set EVALFARM_STORE_URL=redis://...")
     with _LOCK:
         if url not in _STORES:
@@ -30,10 +30,20 @@ def store_for(settings: FarmSettings) -> RunStore:
 
 
 def register(app: Celery, settings: FarmSettings) -> None:
+    def enqueue_aggregate(run_id: str) -> None:
+        app.tasks[AGGREGATE].apply_async(args=[run_id], queue="aggregate")
+
+    def enqueue_judge(run_id: str, keys: list[str]) -> None:
+        app.tasks[JUDGE_BATCH].apply_async(args=[run_id, keys], queue="judge")
+
     @app.task(name=RUN_BATCH, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def run_batch(run_id: str, keys: list[str]) -> int:
         return work.execute_batch(store_for(settings), run_id, keys, settings.max_in_flight,
-                                  lambda rid: app.tasks[AGGREGATE].apply_async(args=[rid], queue="aggregate"))
+                                  enqueue_aggregate, enqueue_judge)
+
+    @app.task(name=JUDGE_BATCH, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+    def judge_batch(run_id: str, keys: list[str]) -> int:
+        return work.execute_judge(store_for(settings), run_id, keys, settings.max_in_flight, enqueue_aggregate)
 
     @app.task(name=AGGREGATE, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def aggregate(run_id: str) -> bool:

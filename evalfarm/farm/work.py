@@ -1,13 +1,13 @@
-"""What the tasks do, free of Celery: run a batch of items, finalize a run.
+"""What the tasks do, free of Celery: call a batch of items, judge them, finalize a run.
 
 A batch skips items whose result is already stored (a redelivered task does
-not pay twice) and records the rest under their keys. Whoever records the last
-item claims the aggregate exactly once.
+not pay twice) and records the rest under their keys. Items that need a judge
+wait in the store's ``pending`` hash for a task on the judge queue. Whoever
+records the last item claims the aggregate exactly once.
 """
 from __future__ import annotations
 
 import json
-import time
 from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -15,7 +15,7 @@ from typing import Any, Callable
 import structlog
 
 from ..adapters import Adapter
-from ..engine import PROCESS_LOOP, run_items
+from ..engine import PROCESS_LOOP, Outcome, call_items, finish_outcome, judge_items
 from ..judge import Judge
 from ..plan import Item
 from ..report import build_report
@@ -25,6 +25,8 @@ from .store import RunStore
 
 log = structlog.get_logger("evalfarm.work")
 
+Enqueue = Callable[[str, list[str]], None]
+
 
 class RunContext:
     """A run's spec and its callable adapters/judge, rebuilt once per process."""
@@ -32,8 +34,21 @@ class RunContext:
     def __init__(self, meta: dict[str, Any]) -> None:
         self.meta = meta
         self.spec = EvalSpec.model_validate(meta["spec"])
-        self.adapters: dict[str, Adapter] = make_adapters(self.spec)
-        self.judge: Judge | None = make_judge(self.spec)
+        self._adapters: dict[str, Adapter] | None = None
+        self._judge: Judge | None = None
+        self.pass_score = self.spec.judge.pass_score if self.spec.judge else None
+
+    @property
+    def adapters(self) -> dict[str, Adapter]:
+        if self._adapters is None:
+            self._adapters = make_adapters(self.spec)
+        return self._adapters
+
+    @property
+    def judge(self) -> Judge | None:
+        if self._judge is None and self.spec.judge is not None:
+            self._judge = make_judge(self.spec)
+        return self._judge
 
 
 _CONTEXTS: "OrderedDict[str, RunContext]" = OrderedDict()
@@ -51,28 +66,60 @@ def context_for(store: RunStore, run_id: str) -> RunContext | None:
     return ctx
 
 
+def _cancelled(store: RunStore, run_id: str) -> bool:
+    return (store.get_meta(run_id) or {}).get("state") == "cancelled"
+
+
+def _record(store: RunStore, ctx: RunContext, run_id: str, outcomes: list[Outcome],
+            enqueue_aggregate: Callable[[str], None]) -> None:
+    finished = store.record(run_id, [o.to_dict() for o in outcomes]) if outcomes \
+        else store.counters(run_id).get("done", 0)
+    if finished >= ctx.meta["total"] and store.claim(run_id, "aggregate"):
+        enqueue_aggregate(run_id)
+
+
 def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: int,
-                  enqueue_aggregate: Callable[[str], None]) -> int:
-    """Run the batch's unfinished items; returns how many ran."""
+                  enqueue_aggregate: Callable[[str], None], enqueue_judge: Enqueue | None = None) -> int:
+    """Call the adapter for the batch's unfinished items; returns how many were called."""
     ctx = context_for(store, run_id)
     if ctx is None:
         log.warning("batch_for_unknown_run", run_id=run_id)
         return 0
-    if (store.get_meta(run_id) or {}).get("state") == "cancelled":
+    if _cancelled(store, run_id):
         return 0
     done = store.done_keys(run_id, keys)
-    todo = [k for k in keys if k not in done]
-    ran = 0
-    if todo:
-        items = [Item.from_dict(json.loads(raw)) for raw in store.get_items(run_id, todo) if raw]
-        outcomes = PROCESS_LOOP.run(lambda: run_items(items, ctx.adapters, ctx.judge, max_in_flight))
-        finished = store.record(run_id, [o.to_dict() for o in outcomes])
-        ran = len(outcomes)
-    else:
-        finished = store.counters(run_id).get("done", 0)
-    if finished >= ctx.meta["total"] and store.claim(run_id, "aggregate"):
-        enqueue_aggregate(run_id)
-    return ran
+    open_keys = [k for k in keys if k not in done]
+    pending = {o["key"] for o in store.get_pending(run_id, open_keys) if o}
+    todo = [k for k in open_keys if k not in pending]
+    items = [Item.from_dict(json.loads(raw)) for raw in store.get_items(run_id, todo) if raw]
+    outcomes = PROCESS_LOOP.run(lambda: call_items(items, ctx.adapters, max_in_flight)) if items else []
+    needs_judge = [o for o in outcomes if o.error is None] if ctx.spec.judge else []
+    judged_ids = {id(o) for o in needs_judge}
+    final = [finish_outcome(o, ctx.pass_score) for o in outcomes if id(o) not in judged_ids]
+    if needs_judge or pending:
+        store.put_pending(run_id, [o.to_dict() for o in needs_judge])
+        judge_keys = [o.key for o in needs_judge] + sorted(pending)
+        if enqueue_judge is None:
+            raise RuntimeError("this run needs a judge queue")
+        enqueue_judge(run_id, judge_keys)
+    _record(store, ctx, run_id, final, enqueue_aggregate)
+    return len(outcomes)
+
+
+def execute_judge(store: RunStore, run_id: str, keys: list[str], max_in_flight: int,
+                  enqueue_aggregate: Callable[[str], None]) -> int:
+    """Judge called-but-unjudged items and record them; returns how many were judged."""
+    ctx = context_for(store, run_id)
+    if ctx is None or _cancelled(store, run_id):
+        return 0
+    done = store.done_keys(run_id, keys)
+    open_keys = [k for k in keys if k not in done]
+    partial = {o["key"]: Outcome.from_dict(o) for o in store.get_pending(run_id, open_keys) if o}
+    raws = store.get_items(run_id, list(partial))
+    pairs = [(Item.from_dict(json.loads(raw)), partial[k]) for k, raw in zip(partial, raws) if raw]
+    judged = PROCESS_LOOP.run(lambda: judge_items(pairs, ctx.judge, ctx.pass_score, max_in_flight)) if pairs else []
+    _record(store, ctx, run_id, judged, enqueue_aggregate)
+    return len(judged)
 
 
 def finalize(store: RunStore, run_id: str) -> bytes | None:
@@ -99,11 +146,3 @@ def finalize(store: RunStore, run_id: str) -> bytes | None:
     store.put_report(run_id, raw)
     store.update_meta(run_id, state="done", finished_at=report.finished_at)
     return raw
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def monotonic() -> float:
-    return time.monotonic()

@@ -1,0 +1,130 @@
+"""OpenAI-compatible chat completions: the adapter under test and the judge's transport.
+
+The API key is read from the environment variable the spec names, at call
+time, on the worker; it is never stored, logged or put in an error message.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from ..adapters import Completion
+from ..redact import redact
+from ..spec import AdapterSpec, Price, PromptSpec
+from .errors import BadResponse, ProviderError, TransportError, error_for_status
+from .http import client
+from .limits import Limiter, limiter_for
+from .retry import RetryPolicy, parse_retry_after, with_retries
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    base_url: str
+    model: str
+    api_key_env: str
+    timeout_s: float = 120.0
+    price: Price | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        base = self.base_url.rstrip("/")
+        return base if base.endswith("/chat/completions") else base + "/chat/completions"
+
+
+@dataclass
+class ChatResult:
+    text: str
+    finish_reason: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    attempts: int
+
+
+def cost_of(price: Price | None, tokens_in: int, tokens_out: int) -> float:
+    if price is None:
+        return 0.0
+    return (tokens_in * price.input + tokens_out * price.output) / 1_000_000
+
+
+async def _post_once(ep: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+    headers = {"Content-Type": "application/json"}
+    key = os.environ.get(ep.api_key_env)
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    timeout = httpx.Timeout(ep.timeout_s, connect=min(10.0, ep.timeout_s))
+    try:
+        resp = await client().post(ep.url, content=json.dumps(body), headers=headers, timeout=timeout)
+        raw = await resp.aread()
+    except httpx.TimeoutException as exc:
+        raise TransportError(f"timeout after {ep.timeout_s:g} s calling {ep.url} ({type(exc).__name__})") from None
+    except (httpx.TransportError, OSError) as exc:
+        raise TransportError(f"connection failed to {ep.url}: {type(exc).__name__}: {redact(str(exc))}") from None
+    text = raw.decode("utf-8", errors="replace")
+    if resp.status_code != 200:
+        raise error_for_status(resp.status_code, redact(text), parse_retry_after(resp.headers.get("retry-after")))
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise BadResponse(f"response is not JSON: {redact(text[:200])}", 200) from None
+
+
+async def chat(ep: Endpoint, messages: list[dict[str, str]], params: dict[str, Any] | None = None,
+               policy: RetryPolicy = RetryPolicy(), limiter: Limiter | None = None) -> ChatResult:
+    """One chat completion with retries, under the endpoint's fleet limits."""
+    body = {"model": ep.model, "messages": messages, **ep.params, **(params or {})}
+    limiter = limiter or limiter_for(ep.base_url, ep.api_key_env)
+    attempts = 0
+
+    async def once() -> dict[str, Any]:
+        nonlocal attempts
+        attempts += 1
+        async with limiter.slot():
+            try:
+                return await _post_once(ep, body)
+            except ProviderError as exc:
+                if exc.status == 429 and exc.retry_after is not None:
+                    await limiter.pause(exc.retry_after)
+                raise
+
+    data = await with_retries(once, policy)
+    try:
+        choice = data["choices"][0]
+        text = choice["message"].get("content") or ""
+        finish = choice.get("finish_reason") or "stop"
+    except (KeyError, IndexError, TypeError, AttributeError):
+        raise BadResponse(f"not a chat completion: {redact(json.dumps(data)[:200])}", 200) from None
+    usage = data.get("usage") or {}
+    t_in, t_out = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    return ChatResult(text, finish, t_in, t_out, cost_of(ep.price, t_in, t_out), attempts)
+
+
+class OpenAIAdapter:
+    """The model under test. ``PromptSpec.system`` becomes the system message."""
+
+    def __init__(self, spec: AdapterSpec) -> None:
+        if not spec.base_url:
+            raise KeyError(f"adapter {spec.id!r} has no base_url: set it in the spec, pass --base-url "
+                           "or set EVAL_BASE_URL")
+        self.id, self.spec = spec.id, spec
+        self.endpoint = Endpoint(spec.base_url, spec.model, spec.api_key_env, spec.timeout_s, spec.price,
+                                 dict(spec.params))
+
+    def config(self) -> dict[str, Any]:
+        return {"kind": "openai", "id": self.id, "model": self.spec.model, "base_url": self.spec.base_url,
+                "params": self.spec.params}
+
+    async def complete(self, prompt: PromptSpec, trial: int) -> Completion:
+        messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + \
+                   [{"role": "user", "content": prompt.text}]
+        started = time.perf_counter()
+        r = await chat(self.endpoint, messages)
+        return Completion(text=r.text, finish_reason=r.finish_reason, input_tokens=r.input_tokens,
+                          output_tokens=r.output_tokens, cost_usd=r.cost_usd,
+                          meta={"attempts": r.attempts, "call_ms": round((time.perf_counter() - started) * 1e3, 3)})
