@@ -5,6 +5,7 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 from .pools import Pool
+from .redis_tls import split_tls
 from .settings import FarmSettings
 
 QUEUES = ("provider", "judge", "spawn", "aggregate")
@@ -37,7 +38,14 @@ def create_app(settings: FarmSettings, pool: Pool | None = None) -> Celery:
     if settings.embedded:
         conf.update(broker_url="memory://", task_always_eager=True, task_eager_propagates=True)
     else:
-        conf.update(broker_url=settings.broker_url, result_backend=settings.result_backend)
+        # rediss://: ssl_* query parameters become broker_use_ssl (certificates verified by default)
+        broker_url, broker_ssl = split_tls(settings.broker_url)
+        backend_url, backend_ssl = split_tls(settings.result_backend)
+        conf.update(broker_url=broker_url, result_backend=backend_url)
+        if broker_ssl:
+            conf.update(broker_use_ssl=broker_ssl)
+        if backend_ssl:
+            conf.update(redis_backend_use_ssl=backend_ssl)
     app.conf.update(conf)
     from . import tasks
 

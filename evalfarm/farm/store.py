@@ -232,8 +232,11 @@ class RedisStore(RunStore):
     def __init__(self, url: str, **kwargs: Any) -> None:
         import redis
 
+        from .redis_tls import split_tls
+
         self.url = url
-        self.r = redis.Redis.from_url(url, **kwargs)
+        plain, tls = split_tls(url)  # rediss://: the same TLS options as the broker
+        self.r = redis.Redis.from_url(plain, **{**tls, **kwargs})
         self._record = self.r.register_script(_RECORD_LUA)
 
     def ping(self) -> None:
