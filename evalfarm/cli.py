@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from .cli_ci import ci_run_options
+from .prompt_store import apply_prompt_version
 from .errors import EXIT_USAGE, EvalfarmError
 
 
@@ -62,8 +64,9 @@ state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False, 
 @click.option("--batch-size", type=click.IntRange(1, 10000), help="Items per task (default: by run size).")
 @click.option("--timeout", "timeout_s", type=float, help="Give up waiting after this many seconds.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
+@ci_run_options
 def run(spec_path: Path, output: Path | None, no_save: bool, state_dir: Path, trials: int | None,
-        broker: str | None, batch_size: int | None, timeout_s: float | None, as_json: bool) -> None:
+        broker: str | None, batch_size: int | None, timeout_s: float | None, as_json: bool, **ci) -> None:
     """Validate SPEC, run every item on the farm, aggregate, apply thresholds."""
     from .artifacts import atomic_write, save_report
     from .console import LiveProgress, print_summary
@@ -72,6 +75,7 @@ def run(spec_path: Path, output: Path | None, no_save: bool, state_dir: Path, tr
     from .spec import load_spec
 
     spec = load_spec(spec_path)
+    spec, _ = apply_prompt_version(spec, ci.get("prompt_version"), state_dir=state_dir)  # before anything is sent
     if output is not None and output.exists() and output.is_dir():
         raise EvalfarmError(f"--output {output}: is a directory; give a file path")
     overrides = {"batch_size": batch_size} if batch_size else {}
@@ -92,45 +96,55 @@ def run(spec_path: Path, output: Path | None, no_save: bool, state_dir: Path, tr
         sys.stdout.write(raw.decode("utf-8"))
     else:
         print_summary(report, paths)
-    code = 3 if report["nothing_measured"] else (0 if report["thresholds_passed"] else 1)
-    sys.exit(code)
+    from .cli_ci import finish_run  # registry, gate, promotion, JUnit, PR summary; returns the exit code
+    sys.exit(finish_run(report, raw, None if no_save else json_path, state_dir, spec, dict(ci, as_json=as_json)))
 
 
 @main.command("list")
 @state_dir_option
-def list_cmd(state_dir: Path) -> None:
-    """Persisted runs, newest first, one per line: id, finished, spec, result, path."""
-    from .artifacts import list_runs
+@click.option("--spec", "spec_name", metavar="NAME", help="Only runs of this spec name.")
+@click.option("--tag", metavar="TAG", help="Only runs with this lineage tag.")
+@click.option("--baselines", is_flag=True, help="List the named baselines instead: name, run, promoted, spec, result, path.")
+@click.option("--json", "as_json", is_flag=True, help="Registry entries as JSON.")
+def list_cmd(state_dir: Path, spec_name: str | None, tag: str | None, baselines: bool, as_json: bool) -> None:
+    """Recorded runs, newest first, tab-separated: id, finished, spec, result, path, overall per adapter,
+    prompt@version, baselines pointing at it."""
+    from .cli_ci import baseline_lines, list_lines
+    from .registry import DB_NAME, Registry
 
-    for path in list_runs(state_dir):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            result = "NOTHING" if data.get("nothing_measured") else ("PASS" if data.get("thresholds_passed")
-                                                                    else "FAIL")
-            click.echo(f"{path.stem}\t{data.get('finished_at', '')}\t{data.get('spec_name', '')}\t{result}\t{path}")
-        except (OSError, ValueError):
-            click.echo(f"{path.stem}\t\t\tUNREADABLE\t{path}")
+    if as_json:
+        reg = Registry(state_dir) if (state_dir / "runs").is_dir() or (state_dir / DB_NAME).is_file() else None
+        rows = [] if reg is None else (reg.baselines() if baselines else reg.runs(spec=spec_name, tag=tag))
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for line in (baseline_lines(state_dir) if baselines else list_lines(state_dir, spec_name, tag)):
+        click.echo(line)
 
 
 @main.command()
 @click.argument("run_a")
 @click.argument("run_b")
 @click.option("--tolerance", type=click.FloatRange(0, 1), default=0.01, show_default=True)
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True,
+              help="Significance level of McNemar's test on the shared cases.")
 @state_dir_option
 @click.option("--json", "as_json", is_flag=True)
-def diff(run_a: str, run_b: str, tolerance: float, state_dir: Path, as_json: bool) -> None:
-    """Per-adapter deltas between two runs (paths or run ids); b minus a."""
-    from .artifacts import load_report, resolve_run
-    from .console import diff_table, out_console
-    from .diff import diff_reports
+def diff(run_a: str, run_b: str, tolerance: float, alpha: float, state_dir: Path, as_json: bool) -> None:
+    """Compare two runs (paths, ids, id prefixes, baseline:NAME); b minus a.
 
-    a = load_report(resolve_run(run_a, state_dir))
-    b = load_report(resolve_run(run_b, state_dir))
-    result = diff_reports(a, b, tolerance)
+    Per-adapter deltas, then each shared case: stable, regressed, fixed, still broken (pass^k with
+    trials), and whether the change in pass rate is significant (McNemar's paired test).
+    """
+    from .cli_ci import diff_output, diff_text
+    from .console import diff_table, out_console
+
+    result = diff_output(run_a, run_b, tolerance, alpha, state_dir)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
         out_console.print(diff_table(result))
+        for line in diff_text(result):
+            click.echo(line)
 
 
 @main.command()
@@ -155,6 +169,12 @@ def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str
     app.worker_main(["worker", "-Q", ",".join(spec.queues), "-P", "threads",
                      "-c", str(concurrency or spec.concurrency), "--loglevel", loglevel,
                      "-n", f"{pool}-%i@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"])
+
+
+from .cli_ci import baseline, gate  # noqa: E402
+
+main.add_command(gate)
+main.add_command(baseline)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,7 +1,24 @@
-"""Per-adapter deltas between two runs, with a winner inside a tolerance band."""
+"""Run vs run: per-adapter deltas with a winner, and a case-level comparison.
+
+A *case* is one (adapter, prompt id). Its verdict in a run is pass^k over its
+trials: ``True`` when every trial was measured and passed, ``False`` when any
+measured trial failed, ``None`` (unmeasured) when no trial failed but some
+errored: a runtime error is never a quality verdict. With one trial that is
+simply the item's ``passed`` field.
+
+Shared cases (measured in both runs) are classified stable (pass -> pass),
+regressed (pass -> fail), fixed (fail -> pass) or still broken (fail -> fail),
+and McNemar's paired test on the discordant pairs (regressed vs fixed) says
+whether the change in pass rate is statistically meaningful: the exact binomial
+test below 25 discordant pairs, the continuity-corrected chi-square above.
+"""
 from __future__ import annotations
 
+import math
 from typing import Any
+
+CLASSES = ("regressed", "fixed", "still_broken", "stable")
+EXACT_BELOW = 25  # discordant pairs: exact binomial below, chi-square (continuity corrected) from here
 
 
 def _winner(delta: float, tolerance: float) -> str:
@@ -31,3 +48,135 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any], tolerance: float = 0.01) 
     return {"a": a.get("run_id"), "b": b.get("run_id"), "tolerance": tolerance, "per_adapter": rows,
             "overall_a": round(mean_a, 6), "overall_b": round(mean_b, 6),
             "overall_delta": round(mean_b - mean_a, 6), "winner": _winner(mean_b - mean_a, tolerance)}
+
+
+# --- cases -------------------------------------------------------------------------------------------
+
+def item_passed(outcome: dict[str, Any]) -> bool | None:
+    """An item's quality verdict: ``passed`` (older reports: ``golden_passed``); None if it errored."""
+    if outcome.get("error"):
+        return None
+    verdict = outcome.get("passed")
+    if verdict is None:
+        verdict = outcome.get("golden_passed")
+    return None if verdict is None else bool(verdict)
+
+
+def case_verdicts(report: dict[str, Any]) -> dict[tuple[str, str], bool | None]:
+    """(adapter, prompt id) -> pass^k verdict over the case's trials (see the module doc)."""
+    seen: dict[tuple[str, str], list[int]] = {}  # [passed, failed, errored]
+    for o in report.get("outcomes") or []:
+        counts = seen.setdefault((o["adapter"], o["prompt_id"]), [0, 0, 0])
+        verdict = item_passed(o)
+        counts[0 if verdict else 1 if verdict is False else 2] += 1
+    out: dict[tuple[str, str], bool | None] = {}
+    for case, (passed, failed, errored) in seen.items():
+        out[case] = False if failed else (None if errored else passed > 0)
+    return out
+
+
+def case_pairing(a: dict[str, Any], b: dict[str, Any]) -> dict[str, str] | None:
+    """Which adapter of b each adapter of a is compared with. Shared adapter ids pair with
+    themselves; two single-adapter runs with different adapters (model A vs model B on the
+    same cases) pair with each other; otherwise nothing pairs."""
+    ad_a, ad_b = list(a.get("per_adapter") or {}), list(b.get("per_adapter") or {})
+    shared = [x for x in ad_a if x in ad_b]
+    if shared:
+        return {x: x for x in shared}
+    if len(ad_a) == 1 and len(ad_b) == 1:
+        return {ad_a[0]: ad_b[0]}
+    return None
+
+
+def mcnemar(regressed: int, fixed: int) -> dict[str, Any]:
+    """McNemar's paired test on the discordant counts; two-sided p-value."""
+    n = regressed + fixed
+    if n == 0:
+        return {"method": "none", "discordant": 0, "p_value": 1.0}
+    if n < EXACT_BELOW:
+        k = min(regressed, fixed)
+        tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+        return {"method": "exact binomial", "discordant": n, "p_value": round(min(1.0, 2 * tail), 6)}
+    chi2 = (abs(regressed - fixed) - 1) ** 2 / n
+    return {"method": "chi-square (continuity corrected)", "discordant": n, "statistic": round(chi2, 6),
+            "p_value": round(math.erfc(math.sqrt(chi2 / 2)), 6)}
+
+
+def compare_cases(a: dict[str, Any], b: dict[str, Any], alpha: float = 0.05) -> dict[str, Any]:
+    """Classify the shared cases of a (before) and b (after) and test the change in pass rate."""
+    va, vb = case_verdicts(a), case_verdicts(b)
+    pairing = case_pairing(a, b)
+    classes: dict[str, list[dict[str, str]]] = {c: [] for c in CLASSES}
+    unmeasured: list[dict[str, str]] = []
+    per_adapter: dict[str, dict[str, Any]] = {}
+    paired_b: set[tuple[str, str]] = set()
+    for (adapter, case), before in va.items():
+        if pairing is None or adapter not in pairing:
+            continue
+        key_b = (pairing[adapter], case)
+        if key_b not in vb:
+            continue
+        paired_b.add(key_b)
+        after = vb[key_b]
+        row = {"adapter": adapter, "case": case}
+        if pairing[adapter] != adapter:
+            row["adapter_b"] = pairing[adapter]
+        counts = per_adapter.setdefault(adapter, {"shared": 0, **{c: 0 for c in CLASSES}, "unmeasured": 0})
+        counts["shared"] += 1
+        if before is None or after is None:
+            unmeasured.append(row)
+            counts["unmeasured"] += 1
+            continue
+        cls = ("stable" if after else "regressed") if before else ("fixed" if after else "still_broken")
+        classes[cls].append(row)
+        counts[cls] += 1
+    measured = sum(len(v) for v in classes.values())
+    for adapter, counts in per_adapter.items():
+        counts["mcnemar"] = _significance(counts["regressed"], counts["fixed"], counts["shared"] - counts["unmeasured"],
+                                          counts["stable"], alpha)
+    only_a = sorted(f"{x}/{c}" for (x, c) in va if pairing is None or x not in pairing or (pairing[x], c) not in vb)
+    only_b = sorted(f"{x}/{c}" for (x, c) in vb if (x, c) not in paired_b)
+    return {
+        "pairing": pairing or {}, "shared": measured + len(unmeasured), "measured": measured,
+        "counts": {c: len(v) for c, v in classes.items()} | {"unmeasured": len(unmeasured)},
+        **classes, "unmeasured": unmeasured, "only_in_a": only_a, "only_in_b": only_b,
+        "per_adapter": per_adapter,
+        "mcnemar": _significance(len(classes["regressed"]), len(classes["fixed"]), measured,
+                                 len(classes["stable"]), alpha),
+        "note": None if measured + len(unmeasured) else "the runs share no cases: nothing to compare case by case",
+    }
+
+
+def _significance(regressed: int, fixed: int, measured: int, stable: int, alpha: float) -> dict[str, Any]:
+    test = mcnemar(regressed, fixed)
+    test["alpha"] = alpha
+    test["significant"] = measured > 0 and test["p_value"] < alpha
+    if measured:
+        test["pass_rate_a"] = round((stable + regressed) / measured, 6)
+        test["pass_rate_b"] = round((stable + fixed) / measured, 6)
+    return test
+
+
+def describe_cases(cases: dict[str, Any], limit: int = 20) -> list[str]:
+    """Plain lines for a terminal: counts, the moving cases, the test."""
+    if cases["note"]:
+        return [cases["note"]]
+    c = cases["counts"]
+    lines = [f"cases: {cases['shared']} shared; {c['stable']} stable, {c['regressed']} regressed, "
+             f"{c['fixed']} fixed, {c['still_broken']} still broken"
+             + (f", {c['unmeasured']} unmeasured (errored)" if c["unmeasured"] else "")]
+    for cls, label in (("regressed", "regressed"), ("fixed", "fixed"), ("still_broken", "still broken")):
+        rows = cases[cls]
+        if rows:
+            names = ", ".join(f"{r['adapter']}/{r['case']}" for r in rows[:limit])
+            more = f" ... and {len(rows) - limit} more" if len(rows) > limit else ""
+            lines.append(f"  {label}: {names}{more}")
+    m = cases["mcnemar"]
+    if cases["measured"]:
+        verdict = "statistically meaningful" if m["significant"] else "not statistically meaningful"
+        lines.append(f"pass rate on shared cases {m['pass_rate_a'] * 100:.1f}% -> {m['pass_rate_b'] * 100:.1f}%: "
+                     f"{verdict} (McNemar {m['method']}, {m['discordant']} discordant, p={m['p_value']:.4g}, "
+                     f"alpha {m['alpha']:g})")
+    if cases["only_in_a"] or cases["only_in_b"]:
+        lines.append(f"not shared: {len(cases['only_in_a'])} case(s) only in a, {len(cases['only_in_b'])} only in b")
+    return lines

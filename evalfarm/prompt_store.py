@@ -1,0 +1,191 @@
+"""The versioned prompt store: ``prompts/<name>/<version>.txt`` or ``.yaml``, beside the spec.
+
+- ``<version>.txt``: the whole file is the system prompt.
+- ``<version>.yaml`` (or ``.yml``): ``system`` (the system prompt), ``user`` (a template for the
+  user message; ``{input}`` is replaced by the case's text, nothing else is substituted) and an
+  optional ``description``. At least one of system/user.
+- ``current``: the pointer, a one-line file naming the version (``v2``) or a symlink to a version
+  file. Used when neither ``--prompt-version`` nor a pin (``prompt: NAME@VERSION``) names one.
+
+The spec names its prompt with ``prompt: NAME`` (or ``NAME@VERSION``); ``--prompt-version V``
+overrides. A run without a spec (case files) and with ``--prompt-version`` uses the only prompt in
+``prompts/``. Each version is content-hashed (``sha256:`` of the file's bytes); the run records
+name, version and hash in the registry. A version is immutable: when the registry already has a run
+of the same name and version with a different hash, the run stops before anything is sent
+(``PromptChangedError``, exit 2): save the changed prompt as a new version.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .canonical import content_key, sha256_hex
+from .errors import SpecError
+from .sourcemap import line_for, load_yaml, read_text
+
+STORE_DIR = "prompts"
+POINTER = "current"
+SUFFIXES = (".txt", ".yaml", ".yml")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_YAML_KEYS = ("system", "user", "description")
+
+
+class PromptChangedError(SpecError):
+    """A prompt version's file no longer has the content an earlier run recorded."""
+
+
+@dataclass
+class PromptVersion:
+    name: str
+    version: str
+    path: Path
+    hash: str
+    system: str | None
+    user: str | None
+    resolved_by: str  # "flag", "pin" or "pointer"
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "hash": self.hash, "path": str(self.path),
+                "resolved_by": self.resolved_by}
+
+
+def _check_name(value: str, what: str, where: str) -> str:
+    if not _NAME_RE.fullmatch(value):
+        raise SpecError(f"{what} {value!r} is not a valid name (letters, digits, '.', '_', '-')", path=where)
+    return value
+
+
+def list_versions(base_dir: Path, name: str) -> dict[str, Path]:
+    folder = Path(base_dir) / STORE_DIR / name
+    out: dict[str, Path] = {}
+    if folder.is_dir():
+        for path in sorted(folder.iterdir()):
+            if path.suffix in SUFFIXES and path.is_file() and not path.name.startswith("."):
+                out.setdefault(path.stem, path)
+    return out
+
+
+def _pointer(folder: Path) -> str | None:
+    ptr = folder / POINTER
+    if ptr.is_symlink():
+        return Path(ptr.resolve().name).stem
+    if ptr.is_file():
+        value = read_text(ptr).strip()
+        if not value or "\n" in value:
+            raise SpecError("the pointer must be one line naming a version, e.g. v2", path=str(ptr), line=1)
+        return Path(value).stem if Path(value).suffix in SUFFIXES else value
+    return None
+
+
+def resolve(base_dir: Path, name: str, version: str | None = None, *, pinned: str | None = None) -> PromptVersion:
+    """Find and load one version: ``version`` (the flag), else ``pinned``, else the pointer."""
+    folder = Path(base_dir) / STORE_DIR / name
+    if not folder.is_dir():
+        raise SpecError(f"prompt store not found: {folder} (prompts live in prompts/<name>/<version>.txt "
+                        "beside the spec)", path=str(folder), field="prompt")
+    resolved_by = "flag" if version else "pin" if pinned else "pointer"
+    version = version or pinned or _pointer(folder)
+    if version is None:
+        raise SpecError(f"no version given and no pointer {folder / POINTER}; pass --prompt-version or write "
+                        "the version name into that file", path=str(folder))
+    _check_name(version, "prompt version", str(folder))
+    candidates = [folder / f"{version}{s}" for s in SUFFIXES if (folder / f"{version}{s}").is_file()]
+    if not candidates:
+        known = ", ".join(list_versions(base_dir, name)) or "none"
+        raise SpecError(f"prompt {name!r} has no version {version!r} (versions: {known})", path=str(folder))
+    if len(candidates) > 1:
+        raise SpecError(f"prompt {name!r} version {version!r} is ambiguous: "
+                        f"{', '.join(p.name for p in candidates)}", path=str(folder))
+    path = candidates[0]
+    raw = path.read_bytes()
+    system, user = _parse(path)
+    return PromptVersion(name=name, version=version, path=path, hash="sha256:" + sha256_hex(raw),
+                         system=system, user=user, resolved_by=resolved_by)
+
+
+def _parse(path: Path) -> tuple[str | None, str | None]:
+    text = read_text(path)
+    if path.suffix == ".txt":
+        return text, None
+    data, lines = load_yaml(text, path)
+    if not isinstance(data, dict):
+        raise SpecError("a YAML prompt is a mapping with 'system' and/or 'user'", path=str(path), line=1)
+    for key, value in data.items():
+        if key not in _YAML_KEYS:
+            raise SpecError(f"unknown field; allowed fields are {', '.join(_YAML_KEYS)}", path=str(path),
+                            line=line_for(lines, (key,)), field=str(key))
+        if not isinstance(value, str):
+            raise SpecError(f"must be a string (got {type(value).__name__})", path=str(path),
+                            line=line_for(lines, (key,)), field=str(key))
+    system, user = data.get("system"), data.get("user")
+    if system is None and user is None:
+        raise SpecError("a YAML prompt needs 'system' and/or 'user'", path=str(path), line=1)
+    if user is not None and "{input}" not in user:
+        raise SpecError("the user template must contain {input} (where the case's text goes)", path=str(path),
+                        line=line_for(lines, ("user",)), field="user")
+    return system, user
+
+
+def dataset_hash(prompts: list) -> str:
+    """What the cases are, without the prompt version applied to them."""
+    return "sha256:" + content_key([p.model_dump(mode="json", exclude={"system"}) for p in prompts])
+
+
+def _prompt_name(spec: Any, base_dir: Path) -> tuple[str | None, str | None]:
+    """(name, pinned version) from the spec's ``prompt`` field or, failing that, the only prompt."""
+    ref = getattr(spec, "prompt", None)
+    if ref:
+        name, _, pinned = ref.partition("@")
+        where = str(getattr(spec, "_source", None) or "spec")
+        return _check_name(name, "prompt", where), (_check_name(pinned, "prompt version", where) if pinned else None)
+    store = Path(base_dir) / STORE_DIR
+    names = sorted(p.name for p in store.iterdir() if p.is_dir()) if store.is_dir() else []
+    if len(names) == 1:
+        return names[0], None
+    raise SpecError("--prompt-version needs to know which prompt: add 'prompt: NAME' to the spec"
+                    + (f" (prompts in {store}: {', '.join(names)})" if names else f" (no prompt store at {store})"),
+                    path=str(getattr(spec, "_source", None) or store), field="prompt")
+
+
+def apply_prompt_version(spec: Any, version: str | None, base_dir: Path | str | None = None, *,
+                         state_dir: Path | str | None = None) -> tuple[Any, dict[str, Any] | None]:
+    """Resolve the spec's prompt version and apply it to every resolved prompt, before the run.
+
+    Sets ``system`` (and the user text, when the version has a ``user`` template) on each prompt;
+    records ``{"dataset_hash", "prompt"}`` on ``spec._prompt_info`` for the registry. With a
+    ``state_dir`` a version whose content changed since a recorded run raises PromptChangedError.
+    Returns (spec, version info or None when the spec uses no prompt store).
+    """
+    if spec is None:
+        return spec, None
+    source = getattr(spec, "_source", None)
+    base = Path(base_dir) if base_dir is not None else (Path(source).parent if source else Path.cwd())
+    prompts = spec.resolved_prompts()
+    info: dict[str, Any] = {"dataset_hash": dataset_hash(prompts), "prompt": None}
+    if getattr(spec, "prompt", None) is None and not version:
+        spec._prompt_info = info
+        return spec, None
+    name, pinned = _prompt_name(spec, base)
+    pv = resolve(base, name, version, pinned=pinned)
+    if state_dir is not None:
+        from .registry import Registry
+
+        clash = Registry(state_dir).prompt_conflict(pv.name, pv.version, pv.hash)
+        if clash is not None:
+            raise PromptChangedError(
+                f"prompt {pv.name}@{pv.version} changed since run {clash['run_id']} used it "
+                f"({clash['prompt_hash'][:19]} -> {pv.hash[:19]}); a version is immutable: save the change "
+                f"as a new version (e.g. {pv.path.parent / ('<new>' + pv.path.suffix)}) and point "
+                f"{POINTER} or --prompt-version at it", path=str(pv.path))
+    new = []
+    for p in prompts:
+        update: dict[str, Any] = {} if pv.system is None else {"system": pv.system}
+        if pv.user is not None:
+            update["text"] = pv.user.replace("{input}", p.text)
+        new.append(p.model_copy(update=update))
+    spec._resolved = new
+    info["prompt"] = pv.info()
+    spec._prompt_info = info
+    return spec, pv.info()
