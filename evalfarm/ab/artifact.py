@@ -1,0 +1,109 @@
+"""The comparison artifact: built from ledger rows, canonical, content-addressed, verifiable.
+
+``build(header, rows_by_arm)`` is the one function that turns a header (what was compared:
+suite, executor, arms, ledger row references) and the referenced rows into the artifact;
+``verify`` resolves the references in a ledger and calls it again, so every aggregate is
+recomputed from concrete rows. Bytes are ``canonical_json`` (sorted keys, compact
+separators, ASCII escapes) with no timestamps; the file is ``<sha256 of the bytes>.json``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..artifacts import atomic_write
+from ..canonical import canonical_json, sha256_hex
+from ..errors import UsageError
+from . import compare
+
+SCHEMA = "evalfarm.ab_comparison/1"
+EVENT = "eval.ab_comparison"
+HEADER_KEYS = ("schema", "event", "plan", "suite", "executor", "trials", "arms_mode", "role", "arm_order",
+               "pairs", "profiles")
+
+
+def build(header: dict[str, Any], rows_by_arm: dict[str, list[tuple[str, dict[str, Any]]]]) -> dict[str, Any]:
+    """The full artifact. ``header["arms"][name]`` carries profile, role and addendum hash."""
+    arms: dict[str, Any] = {}
+    rows_only = {arm: [row for _, row in rows_by_arm[arm]] for arm in header["arm_order"]}
+    for arm in header["arm_order"]:
+        meta = header["arms"][arm]
+        arms[arm] = {"profile": meta["profile"], "role": meta["role"], "addendum_sha256": meta["addendum_sha256"],
+                     "ledger_rows": [ref for ref, _ in rows_by_arm[arm]], **compare.arm_figures(rows_only[arm])}
+    comparisons = []
+    for pair in header["pairs"]:
+        a, b = pair["a"], pair["b"]
+        comparisons.append({**pair, "deltas": compare.compare_arms(a, rows_only[a], arms[a], b, rows_only[b], arms[b])})
+    honest = next(c for c in comparisons if c["honest"])
+    out = {k: header[k] for k in HEADER_KEYS}
+    out.update(arms=arms, comparisons=comparisons, parameters=compare.parameters(),
+               verdict={"a": honest["a"], "b": honest["b"],
+                        **compare.verdict(honest["a"], arms[honest["a"]], honest["b"], arms[honest["b"]],
+                                          honest["deltas"])})
+    return out
+
+
+def header_of(artifact: dict[str, Any]) -> dict[str, Any]:
+    header = {k: artifact[k] for k in HEADER_KEYS}
+    header["arms"] = {name: {"profile": a["profile"], "role": a["role"], "addendum_sha256": a["addendum_sha256"]}
+                      for name, a in artifact["arms"].items()}
+    return header
+
+
+def to_bytes(artifact: dict[str, Any]) -> bytes:
+    return canonical_json(artifact).encode("ascii")
+
+
+def write(reports_dir: Path, data: bytes) -> Path:
+    """Write ``<sha256>.json``; a no-op when identical bytes are already there."""
+    path = Path(reports_dir) / f"{sha256_hex(data)}.json"
+    try:
+        if path.is_file() and path.read_bytes() == data:
+            return path
+        atomic_write(path, data)
+    except OSError as exc:
+        raise UsageError(f"cannot write the artifact to {reports_dir}: {exc.strerror or exc}") from None
+    return path
+
+
+def load(path: Path) -> tuple[bytes, dict[str, Any]]:
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read artifact {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"{path}: not an evalfarm A/B comparison artifact (schema {SCHEMA})") from None
+    return raw, data
+
+
+def verify_rows(artifact: dict[str, Any], index: dict[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
+    """Resolve every referenced row and rebuild; returns (problems, rebuilt artifact or None)."""
+    problems: list[str] = []
+    rows_by_arm: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for arm in artifact["arm_order"]:
+        rows_by_arm[arm] = []
+        for ref in artifact["arms"][arm]["ledger_rows"]:
+            row = index.get(ref)
+            if row is None:
+                problems.append(f"arm {arm}: ledger row {ref[:16]} not found (the row was edited or removed)")
+                continue
+            if row.data is None:
+                problems.append(f"arm {arm}: ledger line {row.line} is not a JSON object")
+                continue
+            if row.data.get("arm") != arm or row.data.get("plan") != artifact["plan"]:
+                problems.append(f"arm {arm}: ledger line {row.line} belongs to arm {row.data.get('arm')!r} "
+                                f"of plan {str(row.data.get('plan'))[:12]}")
+                continue
+            rows_by_arm[arm].append((ref, row.data))
+    if problems:
+        return problems, None
+    rebuilt = build(header_of(artifact), rows_by_arm)
+    for key in sorted(set(rebuilt) | set(artifact)):
+        if rebuilt.get(key) != artifact.get(key):
+            problems.append(f"{key}: the artifact's figures differ from those recomputed from the ledger rows")
+    return problems, rebuilt

@@ -1,0 +1,168 @@
+"""Pure statistics for A/B comparisons: per-arm figures, paired deltas, bootstrap intervals, verdicts.
+
+Everything here is a function of ledger rows (dicts) and fixed parameters, so a verifier
+holding the rows recomputes the same numbers bit for bit:
+
+- per arm: runs, tasks, medians of per-run tokens and USD, the USD total (``math.fsum`` in
+  row order), passes and pass rate, and structured ``not_measured`` entries;
+- per pair (b minus a): the delta of pass rate, median USD and median tokens, each with a
+  95% percentile bootstrap interval over tasks (paired: a resample draws tasks, both arms'
+  runs on those tasks come along), ``BOOTSTRAP_RESAMPLES`` resamples from
+  ``random.Random(BOOTSTRAP_SEED)``;
+- the verdict: quality first (pass-rate delta beyond ``QUALITY_TOLERANCE`` *and* its interval
+  excludes zero), then cost breaks a quality tie (median-USD delta beyond ``COST_TOLERANCE``
+  of the larger median *and* its interval excludes zero), otherwise ``tie``. A winner needs
+  cost and quality measured for both honest arms; else ``incomparable``.
+"""
+from __future__ import annotations
+
+import math
+import random
+from typing import Any, Callable, Sequence
+
+BOOTSTRAP_SEED = 20261130
+BOOTSTRAP_RESAMPLES = 1000
+QUALITY_TOLERANCE = 0.02  # absolute pass-rate difference treated as equal
+COST_TOLERANCE = 0.02  # relative median-USD difference treated as equal
+DIGITS = 10
+
+
+def rnd(x: float | None) -> float | None:
+    return None if x is None else round(float(x), DIGITS) + 0.0  # +0.0: never "-0.0"
+
+
+def median(values: Sequence[float]) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    mid = len(s) // 2
+    return float(s[mid]) if len(s) % 2 else (s[mid - 1] + s[mid]) / 2.0
+
+
+def _tokens(row: dict[str, Any]) -> int | None:
+    if row.get("input_tokens") is None or row.get("output_tokens") is None:
+        return None
+    return int(row["input_tokens"]) + int(row["output_tokens"])
+
+
+def _reason(rows: list[dict[str, Any]], field: str, unmeasured_reason: str) -> dict[str, Any]:
+    missing = [r for r in rows if r.get(field) is None]
+    errored = sum(1 for r in missing if r.get("error"))
+    reason = "no_runs" if not rows else ("runtime_error" if errored else unmeasured_reason)
+    return {"reason": reason, "runs_missing": len(missing) if rows else 0, "runs_errored": errored}
+
+
+def arm_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Aggregate one arm's ledger rows (in artifact order)."""
+    runs = len(rows)
+    tokens = [_tokens(r) for r in rows]
+    tokens_ok = runs > 0 and all(t is not None for t in tokens)
+    cost_ok = runs > 0 and all(r.get("cost_usd") is not None for r in rows)
+    quality_ok = runs > 0 and all(r.get("passed") is not None for r in rows)
+    not_measured: dict[str, Any] = {}
+    if not tokens_ok:
+        not_measured["tokens"] = _reason(rows, "input_tokens", "no_usage_reported")
+    if not cost_ok:
+        not_measured["cost"] = _reason(rows, "cost_usd", "price_unknown")
+    if not quality_ok:
+        not_measured["quality"] = _reason(rows, "passed", "not_scored")
+    passes = sum(1 for r in rows if r.get("passed") is True)
+    return {
+        "runs": runs,
+        "tasks": len({r["task"] for r in rows}),
+        "tokens_measured": tokens_ok,
+        "cost_measured": cost_ok,
+        "quality_measured": quality_ok,
+        "median_tokens": rnd(median([t for t in tokens if t is not None])) if tokens_ok else None,
+        "median_output_tokens": rnd(median([r["output_tokens"] for r in rows])) if tokens_ok else None,
+        "median_usd": rnd(median([r["cost_usd"] for r in rows])) if cost_ok else None,
+        "total_usd": rnd(math.fsum(r["cost_usd"] for r in rows)) if cost_ok else None,
+        "passes": passes if quality_ok else None,
+        "pass_rate": rnd(passes / runs) if quality_ok else None,
+        "not_measured": not_measured,
+    }
+
+
+Stat = Callable[[list[dict[str, Any]]], float | None]
+STATS: dict[str, tuple[Stat, str]] = {
+    "pass_rate": (lambda rows: sum(1 for r in rows if r.get("passed") is True) / len(rows), "quality"),
+    "median_usd": (lambda rows: median([r["cost_usd"] for r in rows]), "cost"),
+    "median_tokens": (lambda rows: median([_tokens(r) for r in rows]), "tokens"),  # type: ignore[misc]
+}
+
+
+def _by_task(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(r["task"], []).append(r)
+    return out
+
+
+def bootstrap_delta(a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]], stat: Stat,
+                    resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+    """95% percentile interval of stat(b) - stat(a), resampling tasks with both arms paired."""
+    a_by, b_by = _by_task(a_rows), _by_task(b_rows)
+    tasks = [t for t in a_by if t in b_by]
+    rng = random.Random(seed)
+    n = len(tasks)
+    deltas = []
+    for _ in range(resamples):
+        pick = [tasks[rng.randrange(n)] for _ in range(n)]
+        ra = [r for t in pick for r in a_by[t]]
+        rb = [r for t in pick for r in b_by[t]]
+        deltas.append(stat(rb) - stat(ra))  # type: ignore[operator]
+    deltas.sort()
+    lo = deltas[math.floor(0.025 * (resamples - 1))]
+    hi = deltas[math.ceil(0.975 * (resamples - 1))]
+    return rnd(lo), rnd(hi)  # type: ignore[return-value]
+
+
+def compare_arms(a: str, a_rows: list[dict[str, Any]], fa: dict[str, Any], b: str, b_rows: list[dict[str, Any]],
+                 fb: dict[str, Any]) -> dict[str, Any]:
+    """Deltas b minus a, each with its interval, or a structured not_measured entry."""
+    deltas: dict[str, Any] = {}
+    measured = {"quality": "quality_measured", "cost": "cost_measured", "tokens": "tokens_measured"}
+    for name, (stat, axis) in STATS.items():
+        missing = [arm for arm, f in ((a, fa), (b, fb)) if not f[measured[axis]]]
+        if missing:
+            deltas[name] = {"not_measured": {"axis": axis, "arms": missing}}
+            continue
+        va, vb = stat(a_rows), stat(b_rows)
+        lo, hi = bootstrap_delta(a_rows, b_rows, stat)
+        deltas[name] = {"a": rnd(va), "b": rnd(vb), "delta": rnd(vb - va),  # type: ignore[operator]
+                        "ci95": [lo, hi], "ci_excludes_zero": lo > 0 or hi < 0}
+    return deltas
+
+
+def verdict(a: str, fa: dict[str, Any], b: str, fb: dict[str, Any], deltas: dict[str, Any]) -> dict[str, Any]:
+    """Winner, tie or incomparable for the honest pair (a, b)."""
+    missing = [{"arm": arm, "axis": axis, **f["not_measured"][axis]}
+               for arm, f in ((a, fa), (b, fb)) for axis in ("cost", "quality") if axis in f["not_measured"]]
+    if missing:
+        axes = sorted({m["axis"] for m in missing})
+        return {"result": "incomparable", "winner": None, "decided_by": None, "not_measured": missing,
+                "reason": f"{' and '.join(axes)} not measured for every honest arm; no partial winners"}
+    q, c = deltas["pass_rate"], deltas["median_usd"]
+    if abs(q["delta"]) > QUALITY_TOLERANCE and q["ci_excludes_zero"]:
+        win = b if q["delta"] > 0 else a
+        return {"result": "winner", "winner": win, "decided_by": "quality", "not_measured": [],
+                "reason": f"pass rate {q['b']:.4f} vs {q['a']:.4f} (delta {q['delta']:+.4f}, "
+                          f"95% CI [{q['ci95'][0]:+.4f}, {q['ci95'][1]:+.4f}])"}
+    scale = max(abs(c["a"]), abs(c["b"]))
+    if scale > 0 and abs(c["delta"]) > COST_TOLERANCE * scale and c["ci_excludes_zero"]:
+        win = a if c["delta"] > 0 else b
+        return {"result": "winner", "winner": win, "decided_by": "cost", "not_measured": [],
+                "reason": f"quality tie (pass-rate delta {q['delta']:+.4f}, 95% CI [{q['ci95'][0]:+.4f}, "
+                          f"{q['ci95'][1]:+.4f}]); median cost {c['b']:.8f} vs {c['a']:.8f} USD "
+                          f"(delta {c['delta']:+.8f}, 95% CI [{c['ci95'][0]:+.8f}, {c['ci95'][1]:+.8f}])"}
+    return {"result": "tie", "winner": None, "decided_by": None, "not_measured": [],
+            "reason": f"pass-rate delta {q['delta']:+.4f} (95% CI [{q['ci95'][0]:+.4f}, {q['ci95'][1]:+.4f}]) and "
+                      f"median-cost delta {c['delta']:+.8f} USD (95% CI [{c['ci95'][0]:+.8f}, "
+                      f"{c['ci95'][1]:+.8f}]) are within tolerance or their intervals include zero"}
+
+
+def parameters() -> dict[str, Any]:
+    """The fixed parameters, recorded in every artifact."""
+    return {"bootstrap_seed": BOOTSTRAP_SEED, "bootstrap_resamples": BOOTSTRAP_RESAMPLES, "ci": 0.95,
+            "quality_tolerance": QUALITY_TOLERANCE, "cost_tolerance_relative": COST_TOLERANCE,
+            "aggregate": "median"}

@@ -1,0 +1,269 @@
+"""Orchestration of both modes, free of Celery: the caller passes ``run_spec``.
+
+``run_spec(spec, trials) -> (run_id, outcomes)`` runs an ``EvalSpec`` somewhere: the CLI
+passes the farm (embedded or Redis); ``inprocess`` uses the in-process Runner. Each arm
+(or variant) x task becomes a prompt ``<arm>/<task id>`` whose ``system`` is the arm's
+addendum, with golden assertions implementing the scorer, so the farm's ``passed`` is the
+quality verdict.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from ..canonical import content_key, sha256_hex
+from ..errors import SpecError, UsageError
+from ..spec import EvalSpec, PromptSpec
+from . import artifact as artifact_mod
+from . import audit, compare, pair_index
+from .executors import ArmExecutor, ArmRun
+from .profiles import CONTROL, PROFILES, Profile, profile
+from .tasks import Task, load_suite, load_tasks, load_variant
+
+RunSpec = Callable[[EvalSpec, int], tuple[str, list[dict[str, Any]]]]
+DEFAULT_REPORTS = Path(".evalfarm/reports/eval_ab")
+DEFAULT_AUDIT = Path(".evalfarm/audit")
+
+
+def inprocess(spec: EvalSpec, trials: int) -> tuple[str, list[dict[str, Any]]]:
+    from ..runner import Runner
+    report = Runner().run(spec, trials=trials)
+    return report.run_id, report.outcomes
+
+
+def assertions(expected: str, scorer: str) -> dict[str, Any]:
+    """Golden assertions implementing a scorer: ``exact`` = equal after trimming outer whitespace."""
+    if scorer == "none":
+        return {}
+    if scorer == "contains":
+        return {"expected_output_contains": [expected]}
+    return {"expected_output_contains": [expected],
+            "expected_output_regex": r"\A\s*" + re.escape(expected.strip()) + r"\s*\Z"}
+
+
+def _prompts(arms: list[tuple[str, str | None]], tasks: list[Task], scorer: str) -> list[PromptSpec]:
+    return [PromptSpec(id=f"{arm}/{t.id}", text=t.input, system=system, tags=[f"ab-arm:{arm}"],
+                       **assertions(t.expected, scorer))
+            for arm, system in arms for t in tasks]
+
+
+def _split(outcome: dict[str, Any]) -> tuple[str, str]:
+    arm, task = outcome["prompt_id"].split("/", 1)
+    return arm, task
+
+
+# -- suite mode ------------------------------------------------------------------------------------
+
+@dataclass
+class SuiteArm:
+    name: str
+    role: str
+    profile: Profile
+
+
+def plan_arms(arm_a: str, arm_b: str, arms: int) -> tuple[list[SuiteArm], list[dict[str, Any]]]:
+    """The arms and the pairs to compare (the first pair is the honest one)."""
+    pa, pb = profile(arm_a), profile(arm_b)
+    if pa.name == pb.name:
+        raise UsageError(f"--arm-a and --arm-b are both {pa.name!r}; compare two different profiles")
+    if arms == 2:
+        return ([SuiteArm(pa.name, "a", pa), SuiteArm(pb.name, "b", pb)],
+                [{"a": pa.name, "b": pb.name, "label": "direct", "honest": True}])
+    if pa.name != "baseline":
+        raise UsageError(f"--arms 3 runs the unset baseline, the built-in control and the candidate (--arm-b); "
+                         f"pass --arm-a baseline (got {pa.name!r})")
+    return ([SuiteArm("baseline", "baseline", pa), SuiteArm(CONTROL.name, "control", CONTROL),
+             SuiteArm(pb.name, "candidate", pb)],
+            [{"a": CONTROL.name, "b": pb.name, "label": "honest", "honest": True},
+             {"a": "baseline", "b": pb.name, "label": "conflated", "honest": False}])
+
+
+@dataclass
+class SuiteResult:
+    artifact: dict[str, Any]
+    data: bytes
+    sha256: str
+    path: Path
+    audit_entry: dict[str, Any]
+    ledger: Path
+
+
+def run_suite(*, suite_path: Path, arm_a: str, arm_b: str, arms: int = 2, trials: int = 1,
+              executor: ArmExecutor, role: str = "backend", ledger: Path | None = None,
+              reports_dir: Path = DEFAULT_REPORTS, audit_dir: Path = DEFAULT_AUDIT,
+              run_spec: RunSpec = inprocess, before_emit: Callable[[bytes], None] | None = None) -> SuiteResult:
+    suite = load_suite(suite_path)
+    suite_arms, pairs = plan_arms(arm_a, arm_b, arms)
+    ledger = Path(ledger) if ledger else executor.default_ledger()
+    header: dict[str, Any] = {
+        "schema": artifact_mod.SCHEMA, "event": artifact_mod.EVENT,
+        "suite": {"name": suite.name, "sha256": suite.content_hash(), "tasks": len(suite.tasks),
+                  "scorer": suite.scorer},
+        "executor": executor.describe(), "trials": trials, "arms_mode": arms, "role": role,
+        "arm_order": [a.name for a in suite_arms], "pairs": pairs,
+        "profiles": {a.profile.name: a.profile.describe() for a in suite_arms},
+        "arms": {a.name: {"profile": a.profile.name, "role": a.role, "addendum_sha256": a.profile.addendum_sha256}
+                 for a in suite_arms},
+    }
+    plan_id = content_key({k: v for k, v in header.items() if k != "plan"})
+    header["plan"] = plan_id
+    spec = EvalSpec(name=f"ab-{suite.name}", lineage_tag=f"ab:{plan_id[:12]}", adapters=[executor.adapter()],
+                    prompts=_prompts([(a.name, a.profile.addendum) for a in suite_arms], suite.tasks, suite.scorer),
+                    trials=trials)
+    run_id, outcomes = run_spec(spec, trials)
+
+    order = {a.name: i for i, a in enumerate(suite_arms)}
+    task_order = {t.id: i for i, t in enumerate(suite.tasks)}
+    prof = {a.name: a.profile.name for a in suite_arms}
+    runs = []
+    extra = _spend_extra(executor, run_id)
+    for o in outcomes:
+        arm, task = _split(o)
+        passed = None if suite.scorer == "none" or o.get("error") else o.get("passed")
+        runs.append(ArmRun(arm=arm, profile=prof[arm], task=task, trial=o["trial"], outcome=o, passed=passed,
+                           extra=extra))
+    runs.sort(key=lambda r: (order[r.arm], task_order[r.task], r.trial))
+    expected = len(suite_arms) * len(suite.tasks) * trials
+    if len(runs) != expected:
+        raise UsageError(f"the farm returned {len(runs)} results for {expected} items")
+    anchored = executor.anchor(runs, ledger, plan_id)
+    rows_by_arm: dict[str, list[tuple[str, dict[str, Any]]]] = {a.name: [] for a in suite_arms}
+    for run, (ref, row) in zip(runs, anchored):
+        rows_by_arm[run.arm].append((ref, row))
+    art = artifact_mod.build(header, rows_by_arm)
+    data = artifact_mod.to_bytes(art)
+    sha = sha256_hex(data)
+    if before_emit is not None:
+        before_emit(data)
+    verdict = art["verdict"]
+    # anchor first: a failed append leaves no artifact behind
+    entry = audit.append(audit_dir, artifact_mod.EVENT,
+                         {"artifact_sha256": sha, "plan": plan_id, "suite": suite.name,
+                          "suite_sha256": header["suite"]["sha256"],
+                          "pair": [verdict["a"], verdict["b"]], "result": verdict["result"],
+                          "winner": verdict["winner"], "executor": header["executor"]["kind"]})
+    path = artifact_mod.write(reports_dir, data)
+    honest = pairs[0]
+    pair_index.record(reports_dir, {"a_profile": prof[honest["a"]], "b_profile": prof[honest["b"]],
+                                    "a": honest["a"], "b": honest["b"], "suite": suite.name,
+                                    "suite_sha256": header["suite"]["sha256"], "artifact_sha256": sha,
+                                    "artifact": path.name, "result": verdict["result"], "winner": verdict["winner"],
+                                    "audit_seq": entry["seq"], "recorded_at": entry["ts"]})
+    return SuiteResult(art, data, sha, path, entry, ledger)
+
+
+def _spend_extra(executor: ArmExecutor, run_id: str) -> dict[str, Any]:
+    """Real spend rows are unique per run; deterministic executors' rows are not."""
+    if getattr(executor, "deterministic", True):
+        return {}
+    return {"run_id": run_id, "ts": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+# -- verify ----------------------------------------------------------------------------------------
+
+@dataclass
+class Verification:
+    ok: bool
+    checks: list[tuple[str, bool, str]]  # (what, ok, detail)
+
+
+def verify(artifact_path: Path, ledger: Path | None = None, audit_dir: Path = DEFAULT_AUDIT) -> Verification:
+    from . import ledger as ledger_mod
+    from .executors import PRODUCTION_LEDGER, SYNTHETIC_LEDGER
+
+    raw, art = artifact_mod.load(artifact_path)
+    checks: list[tuple[str, bool, str]] = []
+    sha = sha256_hex(raw)
+    named = Path(artifact_path).stem == sha
+    checks.append(("content address", named, f"sha256 {sha}" + ("" if named else
+                   f" but the file is named {Path(artifact_path).name}")))
+    canonical = artifact_mod.to_bytes(art) == raw
+    checks.append(("canonical bytes", canonical, "" if canonical else "not canonical JSON (edited by hand?)"))
+    if ledger is None:
+        ledger = SYNTHETIC_LEDGER if art.get("executor", {}).get("kind") == "synthetic" else PRODUCTION_LEDGER
+    index = ledger_mod.load(ledger)
+    problems, _ = artifact_mod.verify_rows(art, index)
+    n_rows = sum(len(a["ledger_rows"]) for a in art["arms"].values())
+    checks.append(("ledger rows", not problems,
+                   f"{n_rows} rows resolved in {ledger}; every aggregate recomputed" if not problems
+                   else "; ".join(problems[:5]) + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")))
+    try:
+        good, broken = audit.verify(audit_dir)
+        events = [e for e in good if e["event"] == artifact_mod.EVENT and e["data"].get("artifact_sha256") == sha]
+        if events:
+            checks.append(("audit event", True, f"entry {events[-1]['seq']} in {audit_dir}"
+                           + (f" (chain broken later, at {broken})" if broken else "")))
+        else:
+            checks.append(("audit event", False, f"no intact {artifact_mod.EVENT} event for {sha[:16]} in {audit_dir}"
+                           + (f"; chain broken at {broken}" if broken else "")))
+    except audit.AuditError as exc:
+        checks.append(("audit event", False, str(exc)))
+    return Verification(all(ok for _, ok, _ in checks), checks)
+
+
+# -- variant mode ----------------------------------------------------------------------------------
+
+def run_variants(*, variant_a: Path, variant_b: Path, tasks_path: Path, scorer: str = "exact",
+                 run_spec: RunSpec = inprocess) -> dict[str, Any]:
+    va, vb = load_variant(variant_a), load_variant(variant_b)
+    if va.name == vb.name:
+        from ..sourcemap import line_for, load_yaml, read_text
+        _, lines = load_yaml(read_text(Path(variant_b)), Path(variant_b))
+        raise SpecError(f"both variants are named {va.name!r} (also in {variant_a}); give them different names",
+                        path=str(variant_b), line=line_for(lines, ("name",)), field="name")
+    tasks = load_tasks(tasks_path)
+    spec = EvalSpec(name="ab-variants", adapters=["ab-echo"], trials=1,
+                    prompts=_prompts([("a", va.prompt), ("b", vb.prompt)], tasks, scorer))
+    _, outcomes = run_spec(spec, 1)
+    scores: dict[tuple[str, str], float | None] = {}
+    outputs: dict[tuple[str, str], str | None] = {}
+    for o in outcomes:
+        key = _split(o)
+        outputs[key] = o.get("output")
+        scores[key] = None if scorer == "none" or o.get("error") else (1.0 if o.get("passed") else 0.0)
+    measured = scorer != "none" and all(s is not None for s in scores.values())
+
+    def figures(side: str, v) -> dict[str, Any]:
+        s = [scores[(side, t.id)] for t in tasks]
+        passes = sum(1 for x in s if x == 1.0)
+        return {"name": v.name, "model": v.model, "prompt_sha256": sha256_hex(v.prompt), "n": len(tasks),
+                "passes": passes if measured else None,
+                "pass_rate": compare.rnd(passes / len(tasks)) if measured else None,
+                "mean_score": compare.rnd(sum(s) / len(s)) if measured else None}  # type: ignore[arg-type]
+
+    per_task = []
+    for t in tasks:
+        a, b = scores[("a", t.id)], scores[("b", t.id)]
+        per_task.append({"id": t.id, "score_a": a, "score_b": b,
+                         "delta": compare.rnd(b - a) if a is not None and b is not None else None})
+    fa, fb = figures("a", va), figures("b", vb)
+    result: dict[str, Any] = {"mode": "variant", "scorer": scorer, "executor": "echo", "a": fa, "b": fb,
+                              "tasks": per_task, "parameters": compare.parameters()}
+    if not measured:
+        result["delta"] = {"pass_rate": {"not_measured": {"axis": "quality", "reason": f"scorer_{scorer}"}}}
+        result["verdict"] = {"result": "tie", "winner": None,
+                             "reason": "quality not measured (--scorer none): no winner is declared"}
+        return result
+    rows_a = [{"task": t.id, "passed": scores[("a", t.id)] == 1.0} for t in tasks]
+    rows_b = [{"task": t.id, "passed": scores[("b", t.id)] == 1.0} for t in tasks]
+    stat = compare.STATS["pass_rate"][0]
+    lo, hi = compare.bootstrap_delta(rows_a, rows_b, stat)
+    delta = compare.rnd((fb["passes"] - fa["passes"]) / len(tasks))
+    excludes = lo > 0 or hi < 0
+    result["delta"] = {"pass_rate": {"a": fa["pass_rate"], "b": fb["pass_rate"], "delta": delta, "ci95": [lo, hi],
+                                     "ci_excludes_zero": excludes},
+                       "mean_score": compare.rnd(sum(x["delta"] for x in per_task) / len(tasks))}
+    ci = f"95% CI [{lo:+.4f}, {hi:+.4f}]"
+    if abs(delta) > compare.QUALITY_TOLERANCE and excludes:  # type: ignore[arg-type]
+        win = fb["name"] if delta > 0 else fa["name"]  # type: ignore[operator]
+        result["verdict"] = {"result": "winner", "winner": win,
+                             "reason": f"pass rate {fb['pass_rate']:.4f} vs {fa['pass_rate']:.4f} "
+                                       f"(delta {delta:+.4f}, {ci})"}
+    else:
+        why = "equal pass rates" if delta == 0 else f"pass-rate delta {delta:+.4f}, {ci}, " + \
+            ("within tolerance" if abs(delta) <= compare.QUALITY_TOLERANCE else "interval includes zero")
+        result["verdict"] = {"result": "tie", "winner": None, "reason": why}
+    return result

@@ -1,0 +1,110 @@
+"""Loading A/B inputs: variant files, task files and suites, with ``file:line: field: message`` errors.
+
+- a variant file: ``name``, ``prompt`` and optionally ``model``;
+- a tasks file (variant mode): a top-level ``tasks:`` list of ``id``, ``input``, ``expected``;
+- a suite (suite mode): the same ``tasks:`` list, plus optional ``name`` (default: the file's
+  stem) and ``scorer`` (``contains`` by default, ``exact`` or ``none``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..canonical import content_key
+from ..errors import SpecError
+from ..sourcemap import dotted, line_for, load_yaml, read_text
+
+Scorer = Literal["exact", "contains", "none"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Task(_Model):
+    id: str = Field(min_length=1)
+    input: str
+    expected: str
+
+    @field_validator("id")
+    @classmethod
+    def _no_slash(cls, value: str) -> str:
+        if "/" in value or not value.strip():
+            raise ValueError("task id must be non-blank and must not contain '/'")
+        return value
+
+
+class Variant(_Model):
+    name: str = Field(min_length=1)
+    prompt: str
+    model: str | None = None
+
+
+class TaskFile(_Model):
+    tasks: list[Task] = Field(min_length=1)
+
+
+class Suite(_Model):
+    name: str | None = None
+    scorer: Scorer = "contains"
+    tasks: list[Task] = Field(min_length=1)
+
+    def content_hash(self) -> str:
+        """What the suite asks, independent of YAML formatting."""
+        return content_key({"name": self.name, "scorer": self.scorer,
+                            "tasks": [t.model_dump() for t in self.tasks]})
+
+
+def _message(err: dict, allowed: list[str]) -> str:
+    kind, msg = err["type"], err["msg"]
+    if kind == "extra_forbidden":
+        return f"unknown field; allowed fields are {', '.join(allowed)}"
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "too_short" and err["loc"] and err["loc"][-1] == "tasks":
+        return "the 'tasks' list is empty; add at least one task with id, input and expected"
+    msg = msg.removeprefix("Value error, ")
+    if "input" in err and not isinstance(err["input"], (dict, list)) and kind not in ("value_error",):
+        msg += f" (got {err['input']!r})"
+    return msg
+
+
+def _validate(model: type[_Model], path: Path, what: str) -> _Model:
+    data, lines = load_yaml(read_text(path), path)
+    if not isinstance(data, dict):
+        raise SpecError(f"a {what} must be a YAML mapping", path=str(path), line=1)
+    try:
+        obj = model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err["loc"])
+        owner: Any = Task if "tasks" in loc and len(loc) > 2 else model
+        raise SpecError(_message(err, sorted(owner.model_fields)), path=str(path), line=line_for(lines, loc),
+                        field=dotted(loc) or None) from None
+    tasks = getattr(obj, "tasks", None) or []
+    first: dict[str, int | None] = {}
+    for i, task in enumerate(tasks):
+        line = line_for(lines, ("tasks", i, "id"))
+        if task.id in first:
+            raise SpecError(f"duplicate task id {task.id!r} (first on line {first[task.id]}); ids must be unique",
+                            path=str(path), line=line, field=f"tasks[{i}].id")
+        first[task.id] = line
+    return obj
+
+
+def load_variant(path: Path | str) -> Variant:
+    return _validate(Variant, Path(path), "variant file")  # type: ignore[return-value]
+
+
+def load_tasks(path: Path | str) -> list[Task]:
+    return list(_validate(TaskFile, Path(path), "tasks file").tasks)  # type: ignore[attr-defined]
+
+
+def load_suite(path: Path | str) -> Suite:
+    path = Path(path)
+    suite = _validate(Suite, path, "suite")
+    if suite.name is None:  # type: ignore[attr-defined]
+        suite = suite.model_copy(update={"name": path.stem})
+    return suite  # type: ignore[return-value]
