@@ -94,6 +94,8 @@ def resolve_adapter(entry: "str | Any") -> Adapter:
         return factory(entry)
     adapter_id = entry
     prefix = adapter_id.split(":", 1)[0]
+    if prefix.startswith("ab-") and prefix not in _REGISTRY:
+        from .ab import executors  # noqa: F401  (registers the A/B harness's ab-echo / ab-synthetic)
     factory = _REGISTRY.get(adapter_id) or _REGISTRY.get(prefix)
     if factory is None:
         raise KeyError(f"unknown adapter {adapter_id!r}; registered adapters: {', '.join(registered())} "

@@ -177,5 +177,11 @@ main.add_command(gate)
 main.add_command(baseline)
 
 
+from .cli_ab import ab, audit  # noqa: E402
+
+main.add_command(ab)
+main.add_command(audit)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
