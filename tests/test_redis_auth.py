@@ -72,6 +72,15 @@ def test_wrong_or_missing_password_is_one_clear_line_without_the_secret(tmp_path
     assert none.returncode == 2 and "Traceback" not in none.stderr
 
 
+def test_an_empty_password_in_the_url_means_no_auth(redis_server, start_worker):
+    """docker-compose.yml builds redis://:${REDIS_PASSWORD:-}@redis:6379/0: unset, that is redis://:@...,
+    which must work against a Redis without a password (kombu and redis-py send no AUTH)."""
+    url = f"redis://:@127.0.0.1:{redis_server.port}/0"
+    start_worker(url, concurrency=2)
+    res = run_cli("run", SMOKE, "--broker", url, "--no-save")
+    assert res.returncode == 0, res.stderr
+
+
 # -- TLS: URL parsing and the Celery configuration ----------------------------------------------
 
 def test_split_tls_verifies_by_default_and_reads_the_url_and_the_environment(monkeypatch):

@@ -1,0 +1,381 @@
+"""docker-compose.yml, deploy/ and workers/: valid against their schemas, offline, and in agreement
+with the pool definitions in evalfarm/farm/pools.py (the single source of truth).
+
+Schemas (no network: all ship in packages or in tests/schemas/):
+- Compose: the compose-spec JSON schema vendored by the PyPI package check-jsonschema
+  (check_jsonschema/builtin_schemas/vendor/compose-spec.json).
+- Kubernetes built-in kinds: the "-strict" JSON schemas shipped by the PyPI package
+  kubernetes-validate (unknown fields rejected), for the oldest and newest versions it ships.
+- KEDA ScaledObject / TriggerAuthentication: tests/schemas/keda-*.json (README.md there says where
+  they come from), made strict here the same way (additionalProperties: false).
+"""
+from __future__ import annotations
+
+import copy
+import importlib.resources
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from evalfarm.farm.pools import POOLS
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "docker-compose.yml"
+DEPLOY = ROOT / "deploy"
+WORKERS = ROOT / "workers"
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+POOL_NAMES = sorted(p for p in POOLS if p != "all")  # "all" is for laptops, not for deploys
+K8S_VERSIONS = ("1.29.0", kubernetes_validate.utils.latest_version())
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+def load_compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())  # resolves the YAML merge keys (<<) like compose does
+
+
+def load_k8s() -> list[dict]:
+    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    docs: list[dict] = []
+    for name in kustomization["resources"]:
+        docs += [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
+    return docs
+
+
+def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def interpolate(value: str, env: dict[str, str] | None = None) -> str:
+    """Compose's ${VAR:-default} / ${VAR} interpolation, enough for this file."""
+    env = env or {}
+    return re.sub(r"\$\{(\w+)(?::-([^}]*))?\}", lambda m: env.get(m.group(1)) or (m.group(2) or ""), value)
+
+
+def seconds(duration: str | int) -> float:
+    """A compose duration ("1m30s", "720s") in seconds."""
+    if isinstance(duration, (int, float)):
+        return float(duration)
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001, "us": 1e-6}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|us|m|s)", duration)
+    assert parts and "".join(n + u for n, u in parts) == duration, duration
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+# -- schemas ----------------------------------------------------------------------------------
+
+def compose_schema() -> dict:
+    path = importlib.resources.files("check_jsonschema") / "builtin_schemas" / "vendor" / "compose-spec.json"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def schema_errors(schema: dict, doc: dict) -> list[str]:
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in cls(schema).iter_errors(doc)]
+
+
+def strict(schema):
+    """additionalProperties: false on every object schema with properties (as kubeconform --strict)."""
+    if isinstance(schema, dict):
+        out = {k: strict(v) for k, v in schema.items()}
+        if "properties" in out and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [strict(v) for v in schema]
+    return schema
+
+
+KEDA_SCHEMAS = {"ScaledObject": "keda-scaledobject-v1alpha1.json",
+                "TriggerAuthentication": "keda-triggerauthentication-v1alpha1.json"}
+
+
+def k8s_errors(doc: dict) -> list[str]:
+    if doc.get("apiVersion", "").startswith("keda.sh/"):
+        schema = strict(json.loads((SCHEMAS / KEDA_SCHEMAS[doc["kind"]]).read_text()))
+        return schema_errors(schema, doc)
+    errors = []
+    for version in K8S_VERSIONS:
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            errors.append(f"{version}: {'/'.join(map(str, e.path))}: {e.message}")
+    return errors
+
+
+def test_compose_file_is_valid_against_the_compose_spec_schema():
+    assert schema_errors(compose_schema(), load_compose()) == []
+
+
+def test_compose_schema_rejects_broken_copies():
+    schema, good = compose_schema(), load_compose()
+    typo = copy.deepcopy(good)
+    typo["services"]["provider"]["comand"] = typo["services"]["provider"].pop("command")
+    assert any("comand" in e for e in schema_errors(schema, typo))
+    wrong_type = copy.deepcopy(good)
+    wrong_type["services"]["redis"]["ports"] = "6379:6379"
+    assert schema_errors(schema, wrong_type)
+    bad_depends = copy.deepcopy(good)
+    bad_depends["services"]["judge"]["depends_on"] = {"redis": {"condition": "when_it_feels_like_it"}}
+    assert schema_errors(schema, bad_depends)
+
+
+def test_every_k8s_manifest_is_valid_against_its_schema():
+    docs = load_k8s()
+    assert {d["kind"] for d in docs} == {"Namespace", "Secret", "ConfigMap", "Service", "StatefulSet", "Deployment",
+                                         "ScaledObject", "TriggerAuthentication"}
+    problems = {f"{d['kind']}/{d['metadata']['name']}": k8s_errors(d) for d in docs}
+    assert {k: v for k, v in problems.items() if v} == {}
+
+
+def test_k8s_schemas_reject_broken_copies():
+    docs = load_k8s()
+    deployment = copy.deepcopy(by_kind(docs, "Deployment")["evalfarm-spawn"])
+    deployment["spec"]["template"]["spec"]["terminationGracePeriod"] = 1920  # typo: unknown field
+    assert k8s_errors(deployment)
+    deployment = copy.deepcopy(by_kind(docs, "Deployment")["evalfarm-spawn"])
+    deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] = ["4Gi"]
+    assert k8s_errors(deployment)
+    redis = copy.deepcopy(by_kind(docs, "StatefulSet")["evalfarm-redis"])
+    del redis["spec"]["selector"]
+    assert k8s_errors(redis)
+
+    scaled = by_kind(docs, "ScaledObject")["evalfarm-provider"]
+    no_target = copy.deepcopy(scaled)
+    del no_target["spec"]["scaleTargetRef"]
+    assert any("scaleTargetRef" in e for e in k8s_errors(no_target))
+    misplaced = copy.deepcopy(scaled)
+    misplaced["spec"]["triggers"][0]["listName"] = misplaced["spec"]["triggers"][0]["metadata"].pop("listName")
+    assert any("listName" in e for e in k8s_errors(misplaced))
+    not_a_string = copy.deepcopy(scaled)
+    not_a_string["spec"]["triggers"][0]["metadata"]["listLength"] = 8  # trigger metadata is map[string]string
+    assert k8s_errors(not_a_string)
+    auth = copy.deepcopy(by_kind(docs, "TriggerAuthentication")["evalfarm-redis"])
+    del auth["spec"]["secretTargetRef"][0]["key"]
+    assert k8s_errors(auth)
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed (kustomize render check)")
+def test_kustomize_renders_every_manifest_into_the_namespace():
+    out = subprocess.run(["kubectl", "kustomize", str(DEPLOY)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rendered = [d for d in yaml.safe_load_all(out.stdout) if d]
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in rendered) == \
+        sorted((d["kind"], d["metadata"]["name"]) for d in load_k8s())
+    for d in rendered:
+        if d["kind"] != "Namespace":
+            assert d["metadata"]["namespace"] == "evalfarm", d["metadata"]
+        assert d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "evalfarm"
+        assert k8s_errors(d) == []
+    images = {c["image"] for d in rendered if d["kind"] == "Deployment"
+              for c in d["spec"]["template"]["spec"]["containers"]}
+    assert images == {"evalfarm-worker:latest"}
+
+
+# -- agreement with pools.py ------------------------------------------------------------------
+
+def url_db(url: str) -> int:
+    return int(urlsplit(url).path.strip("/") or 0)
+
+
+def agreement_problems(compose: dict, docs: list[dict]) -> list[str]:
+    """Everything docker-compose.yml and deploy/ must agree on with pools.py; [] when they do."""
+    problems: list[str] = []
+    services = compose["services"]
+    deployments, scaled = by_kind(docs, "Deployment"), by_kind(docs, "ScaledObject")
+    redis_svc = by_kind(docs, "Service")["evalfarm-redis"]
+    redis_port = redis_svc["spec"]["ports"][0]["port"]
+    for name in POOL_NAMES:
+        pool = POOLS[name]
+        # docker compose
+        svc = services.get(name)
+        if svc is None:
+            problems.append(f"compose: no service for pool {name}")
+        else:
+            if svc.get("command") != ["worker", "--pool", name]:
+                problems.append(f"compose {name}: command {svc.get('command')}")
+            if seconds(svc.get("stop_grace_period", "10s")) <= pool.time_limit:
+                problems.append(f"compose {name}: stop_grace_period {svc.get('stop_grace_period')} <= time limit "
+                                f"{pool.time_limit} s")
+            env = {k: interpolate(v) for k, v in svc.get("environment", {}).items()}
+            if url_db(env.get("EVALFARM_BROKER_URL", "")) != 0 or url_db(env.get("EVALFARM_STORE_URL", "x/9")) != 0:
+                problems.append(f"compose {name}: broker and store must be db 0")
+            if url_db(env.get("EVALFARM_SPAWN_BROKER_URL", "")) == 0:
+                problems.append(f"compose {name}: EVALFARM_SPAWN_BROKER_URL must be its own database")
+            if svc.get("build", {}).get("dockerfile") != "workers/Dockerfile":
+                problems.append(f"compose {name}: not built from workers/Dockerfile")
+        # kubernetes
+        dep = deployments.get(f"evalfarm-{name}")
+        if dep is None:
+            problems.append(f"k8s: no Deployment for pool {name}")
+            continue
+        pod = dep["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        if container.get("args") != ["worker", "--pool", name]:
+            problems.append(f"k8s {name}: args {container.get('args')}")
+        if pod.get("terminationGracePeriodSeconds", 30) <= pool.time_limit:
+            problems.append(f"k8s {name}: terminationGracePeriodSeconds {pod.get('terminationGracePeriodSeconds')} "
+                            f"<= time limit {pool.time_limit} s")
+        if not container.get("resources", {}).get("requests") or not container.get("resources", {}).get("limits"):
+            problems.append(f"k8s {name}: resource requests and limits")
+        if "replicas" in dep["spec"]:
+            problems.append(f"k8s {name}: replicas set on a Deployment that KEDA scales")
+        env_keys = {e["name"]: e["valueFrom"]["secretKeyRef"]["key"] for e in container.get("env", [])
+                    if "secretKeyRef" in e.get("valueFrom", {})}
+        if env_keys != {"EVALFARM_BROKER_URL": "broker-url", "EVALFARM_STORE_URL": "store-url",
+                        "EVALFARM_SPAWN_BROKER_URL": "spawn-broker-url"}:
+            problems.append(f"k8s {name}: broker/store/spawn URLs must come from the Secret: {env_keys}")
+        so = scaled.get(f"evalfarm-{name}")
+        if so is None:
+            problems.append(f"k8s: no ScaledObject for pool {name}")
+            continue
+        if so["spec"]["scaleTargetRef"]["name"] != dep["metadata"]["name"]:
+            problems.append(f"k8s {name}: ScaledObject targets {so['spec']['scaleTargetRef']['name']}")
+        if so["spec"].get("minReplicaCount", 0) < 1:
+            problems.append(f"k8s {name}: minReplicaCount < 1 (nobody would restore a dead worker's task)")
+        triggers = [t for t in so["spec"]["triggers"] if t["type"] == "redis"]
+        if sorted(t["metadata"].get("listName", "") for t in triggers) != sorted(pool.queues):
+            problems.append(f"k8s {name}: scaled on lists {[t['metadata'].get('listName') for t in triggers]}, "
+                            f"the pool consumes {list(pool.queues)}")
+        for t in triggers:
+            md = t["metadata"]
+            if md.get("listLength") != str(pool.concurrency):
+                problems.append(f"k8s {name}: listLength {md.get('listLength')} != concurrency {pool.concurrency}")
+            if md.get("databaseIndex", "0") != ("1" if name == "spawn" else "0"):
+                problems.append(f"k8s {name}: databaseIndex {md.get('databaseIndex')}")
+            if md.get("address") != f"{redis_svc['metadata']['name']}.evalfarm.svc.cluster.local:{redis_port}":
+                problems.append(f"k8s {name}: KEDA address {md.get('address')}")
+            unknown = set(md) - KEDA_REDIS_METADATA
+            if unknown:
+                problems.append(f"k8s {name}: unknown redis scaler metadata {sorted(unknown)}")
+            if t.get("authenticationRef", {}).get("name") not in by_kind(docs, "TriggerAuthentication"):
+                problems.append(f"k8s {name}: authenticationRef")
+    return problems
+
+
+# the redis scaler's metadata keys (KEDA docs, "Redis Lists" scaler); the CRD types them only as strings
+KEDA_REDIS_METADATA = {"address", "addressFromEnv", "host", "hostFromEnv", "port", "portFromEnv", "listName",
+                       "listLength", "activationListLength", "databaseIndex", "enableTLS", "unsafeSsl",
+                       "usernameFromEnv", "passwordFromEnv"}
+
+
+def test_pool_definitions_hold_their_own_invariants():
+    for pool in POOLS.values():
+        assert 0 < pool.soft_time_limit < pool.time_limit < pool.visibility_timeout, pool
+        assert pool.concurrency >= 1 and pool.prefetch_multiplier >= 1
+    assert POOLS["spawn"].queues == ("spawn",)
+
+
+def test_compose_and_k8s_agree_with_pools_py():
+    assert agreement_problems(load_compose(), load_k8s()) == []
+
+
+def test_the_agreement_check_catches_drift():
+    compose, docs = load_compose(), load_k8s()
+
+    def mutated(fn):
+        c, d = copy.deepcopy(compose), copy.deepcopy(docs)
+        fn(c, d)
+        return agreement_problems(c, d)
+
+    assert mutated(lambda c, d: by_kind(d, "ScaledObject")["evalfarm-provider"]["spec"]["triggers"][0]["metadata"]
+                   .update(listLength="99")) == ["k8s provider: listLength 99 != concurrency 8"]
+    assert mutated(lambda c, d: by_kind(d, "ScaledObject")["evalfarm-judge"]["spec"]["triggers"][0]["metadata"]
+                   .update(listName="provider"))[0].startswith("k8s judge: scaled on lists ['provider']")
+    assert mutated(lambda c, d: by_kind(d, "Deployment")["evalfarm-spawn"]["spec"]["template"]["spec"]
+                   .update(terminationGracePeriodSeconds=POOLS["spawn"].time_limit)) == [
+        f"k8s spawn: terminationGracePeriodSeconds {POOLS['spawn'].time_limit} <= time limit "
+        f"{POOLS['spawn'].time_limit} s"]
+    assert mutated(lambda c, d: c["services"]["spawn"].update(stop_grace_period="30m")) == [
+        "compose spawn: stop_grace_period 30m <= time limit 1860 s"]
+    assert mutated(lambda c, d: c["services"].pop("aggregate")) == ["compose: no service for pool aggregate"]
+    assert mutated(lambda c, d: by_kind(d, "ScaledObject")["evalfarm-spawn"]["spec"]["triggers"][0]["metadata"]
+                   .update(databaseIndex="0")) == ["k8s spawn: databaseIndex 0"]
+
+
+# -- Redis: durable, authenticated, one password -------------------------------------------------
+
+def test_redis_is_durable_and_every_url_uses_the_secret_password():
+    compose = load_compose()
+    redis_cmd = compose["services"]["redis"]["command"]
+    assert redis_cmd[redis_cmd.index("--appendonly") + 1] == "yes"
+    assert redis_cmd[redis_cmd.index("--maxmemory-policy") + 1] == "noeviction"
+    assert any(v.startswith("redis-data:") for v in compose["services"]["redis"]["volumes"])
+    assert "redis-data" in compose["volumes"]
+    assert compose["services"]["redis"]["ports"] == ["127.0.0.1:6379:6379"]  # the documented --broker URL
+    # compose: the same REDIS_PASSWORD for redis-server and every URL, and no password when unset
+    env = {"REDIS_PASSWORD": "s3cret"}
+    assert interpolate(redis_cmd[redis_cmd.index("--requirepass") + 1], env) == "s3cret"
+    for name in POOL_NAMES:
+        for key, value in compose["services"][name]["environment"].items():
+            if key.endswith("_URL"):
+                parts = urlsplit(interpolate(value, env))
+                assert (parts.password, parts.hostname, parts.port) == ("s3cret", "redis", 6379), (name, key)
+                assert not urlsplit(interpolate(value)).password  # "redis://:@redis..." sends no AUTH
+    flower = compose["services"]["flower"]["environment"]["CELERY_BROKER_URL"]
+    assert urlsplit(interpolate(flower, env)).password == "s3cret"
+
+    docs = load_k8s()
+    sts = by_kind(docs, "StatefulSet")["evalfarm-redis"]
+    args = sts["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--appendonly") + 1] == "yes"
+    assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
+    assert args[args.index("--requirepass") + 1] == "$(REDIS_PASSWORD)"
+    assert sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
+    secret = by_kind(docs, "Secret")["evalfarm-redis"]["stringData"]
+    for key, db in (("broker-url", 0), ("store-url", 0), ("spawn-broker-url", 1)):
+        parts = urlsplit(secret[key])
+        assert (parts.scheme, parts.password, parts.hostname, parts.port, url_db(secret[key])) == \
+            ("redis", secret["password"], "evalfarm-redis", 6379, db), key
+    auth = by_kind(docs, "TriggerAuthentication")["evalfarm-redis"]["spec"]["secretTargetRef"]
+    assert auth == [{"parameter": "password", "name": "evalfarm-redis", "key": "password"}]
+
+
+# -- the rest of the compose file -----------------------------------------------------------------
+
+def test_compose_has_flower_and_a_dashboard_slot_behind_a_profile():
+    services = load_compose()["services"]
+    assert set(services) == {"redis", "flower", "dashboard", *POOL_NAMES}
+    assert services["flower"]["image"].startswith("mher/flower:")
+    assert services["dashboard"]["profiles"] == ["dashboard"]
+    assert services["dashboard"]["command"][0] == "serve"
+    assert "later issue" in COMPOSE.read_text()  # says why the slot is behind a profile
+    for name in POOL_NAMES:
+        assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
+
+
+# -- the worker image -------------------------------------------------------------------------------
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    text = (WORKERS / "Dockerfile").read_text().replace("\\\n", " ")
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1].strip()) for line in text.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_worker_image_is_slim_non_root_with_git_and_a_signal_forwarding_init():
+    ins = dockerfile_instructions()
+    assert ins[0] == ("FROM", "python:3.11-slim")
+    users = [arg for op, arg in ins if op == "USER"]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    runs = " ".join(arg for op, arg in ins if op == "RUN")
+    assert re.search(r"apt-get install [^&]*\bgit\b", runs) and "tini" in runs
+    assert re.search(r"\bpip install \.", runs)
+    entry = json.loads(dict(ins)["ENTRYPOINT"])
+    assert entry[:2] == ["/usr/bin/tini", "--"] and entry[2] == "evalfarm"
+    # everything COPY'd exists, and the Dockerfile's own .dockerignore lets it through
+    copied = [src for op, arg in ins if op == "COPY" for src in arg.split()[:-1]]
+    assert copied and all((ROOT / src).exists() for src in copied)
+    ignore = (WORKERS / "Dockerfile.dockerignore").read_text().splitlines()
+    assert "*" in ignore and all(f"!{src}" in ignore or f"!{src}/" in ignore for src in copied)
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    readme = re.search(r'^readme\s*=\s*"([^"]+)"', pyproject, re.M)
+    assert readme is None or readme.group(1) in copied  # the build needs it
