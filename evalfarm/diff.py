@@ -88,6 +88,10 @@ def case_pairing(a: dict[str, Any], b: dict[str, Any]) -> dict[str, str] | None:
     return None
 
 
+def _sig(p: float) -> float:
+    return float(f"{p:.6g}")  # six significant digits: small p-values keep their precision
+
+
 def mcnemar(regressed: int, fixed: int) -> dict[str, Any]:
     """McNemar's paired test on the discordant counts; two-sided p-value."""
     n = regressed + fixed
@@ -96,10 +100,10 @@ def mcnemar(regressed: int, fixed: int) -> dict[str, Any]:
     if n < EXACT_BELOW:
         k = min(regressed, fixed)
         tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
-        return {"method": "exact binomial", "discordant": n, "p_value": round(min(1.0, 2 * tail), 6)}
+        return {"method": "exact binomial", "discordant": n, "p_value": _sig(min(1.0, 2 * tail))}
     chi2 = (abs(regressed - fixed) - 1) ** 2 / n
     return {"method": "chi-square (continuity corrected)", "discordant": n, "statistic": round(chi2, 6),
-            "p_value": round(math.erfc(math.sqrt(chi2 / 2)), 6)}
+            "p_value": _sig(math.erfc(math.sqrt(chi2 / 2)))}
 
 
 def compare_cases(a: dict[str, Any], b: dict[str, Any], alpha: float = 0.05) -> dict[str, Any]:
@@ -172,7 +176,10 @@ def describe_cases(cases: dict[str, Any], limit: int = 20) -> list[str]:
             more = f" ... and {len(rows) - limit} more" if len(rows) > limit else ""
             lines.append(f"  {label}: {names}{more}")
     m = cases["mcnemar"]
-    if cases["measured"]:
+    if cases["measured"] and not m["discordant"]:
+        lines.append(f"pass rate on shared cases {m['pass_rate_a'] * 100:.1f}% -> {m['pass_rate_b'] * 100:.1f}%: "
+                     "no case changed its verdict (McNemar p=1)")
+    elif cases["measured"]:
         verdict = "statistically meaningful" if m["significant"] else "not statistically meaningful"
         lines.append(f"pass rate on shared cases {m['pass_rate_a'] * 100:.1f}% -> {m['pass_rate_b'] * 100:.1f}%: "
                      f"{verdict} (McNemar {m['method']}, {m['discordant']} discordant, p={m['p_value']:.4g}, "
