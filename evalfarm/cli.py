@@ -53,7 +53,17 @@ state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False, 
 
 
 @main.command()
-@click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
+@click.argument("spec_path", metavar="[SPEC]", type=click.Path(path_type=Path), required=False)
+@click.option("--dataset", "datasets", multiple=True, type=click.Path(path_type=Path),
+              help="Case YAML file(s) or folder(s) to run instead of a SPEC (repeatable).")
+@click.option("--model", help="With --dataset: the model under test (OpenAI-compatible).")
+@click.option("--base-url", help="OpenAI-compatible endpoint; wins over EVAL_BASE_URL and the spec.")
+@click.option("--judge-model", help="With --dataset: the judge's model (default: --model).")
+@click.option("--judge-base-url", help="The judge's endpoint (default: EVAL_JUDGE_BASE_URL, then the base URL).")
+@click.option("--tag", "tags", multiple=True, help="Only cases carrying this tag (repeatable).")
+@click.option("--case", "cases", multiple=True, help="Only this case id (repeatable).")
+@click.option("--concurrency", type=click.IntRange(1, 4096),
+              help="Calls in flight in this process (embedded farm); workers use EVALFARM_MAX_IN_FLIGHT.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report JSON here.")
 @click.option("--no-save", is_flag=True, help="Do not persist the run under the state dir.")
@@ -65,20 +75,39 @@ state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False, 
 @click.option("--timeout", "timeout_s", type=float, help="Give up waiting after this many seconds.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
 @ci_run_options
-def run(spec_path: Path, output: Path | None, no_save: bool, state_dir: Path, trials: int | None,
+def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, base_url: str | None,
+        judge_model: str | None, judge_base_url: str | None, tags: tuple[str, ...], cases: tuple[str, ...],
+        concurrency: int | None, output: Path | None, no_save: bool, state_dir: Path, trials: int | None,
         broker: str | None, batch_size: int | None, timeout_s: float | None, as_json: bool, **ci) -> None:
-    """Validate SPEC, run every item on the farm, aggregate, apply thresholds."""
+    """Validate SPEC (or --dataset cases with --model), run every item on the farm, aggregate,
+    apply thresholds."""
     from .artifacts import atomic_write, save_report
     from .console import LiveProgress, print_summary
     from .farm.coordinator import Coordinator
     from .farm.settings import FarmSettings
     from .spec import load_spec
 
-    spec = load_spec(spec_path)
+    from .runner import bind_environment, spec_from_cases
+
+    if (spec_path is None) == (not datasets):
+        raise EvalfarmError("give a SPEC file or --dataset CASES (with --model), not both and not neither")
+    if spec_path is not None:
+        if model or judge_model:
+            raise EvalfarmError("--model/--judge-model go with --dataset; a SPEC names its adapters and judge")
+        spec = load_spec(spec_path)
+    else:
+        if not model:
+            raise EvalfarmError("--dataset needs --model (the model under test)")
+        spec = spec_from_cases(list(datasets), model=model, judge_model=judge_model)
+    spec = bind_environment(spec, base_url=base_url, judge_base_url=judge_base_url)
+    if tags or cases:
+        spec.restrict_to(tags, cases)
     spec, _ = apply_prompt_version(spec, ci.get("prompt_version"), state_dir=state_dir)  # before anything is sent
     if output is not None and output.exists() and output.is_dir():
         raise EvalfarmError(f"--output {output}: is a directory; give a file path")
-    overrides = {"batch_size": batch_size} if batch_size else {}
+    overrides: dict = {"batch_size": batch_size} if batch_size else {}
+    if concurrency:
+        overrides["max_in_flight"] = concurrency
     settings = FarmSettings.from_env(broker_url=broker, **overrides)
     coord = Coordinator(settings)
     run_id = coord.submit(spec, trials)
@@ -175,6 +204,13 @@ from .cli_ci import baseline, gate  # noqa: E402
 
 main.add_command(gate)
 main.add_command(baseline)
+
+
+from .cli_providers import mock_provider, rubric, selftest  # noqa: E402
+
+main.add_command(mock_provider)
+main.add_command(rubric)
+main.add_command(selftest)
 
 
 from .cli_ab import ab, audit  # noqa: E402

@@ -71,6 +71,54 @@ def spec_hash(spec: EvalSpec, prompts: list[PromptSpec]) -> str:
     return content_key({"spec": body, "prompts": [p.model_dump() for p in prompts]})
 
 
+def bind_environment(spec: EvalSpec, base_url: str | None = None, judge_base_url: str | None = None) -> EvalSpec:
+    """Fill endpoints from flags and the environment before the spec is stored.
+
+    ``--base-url`` wins, then the spec, then EVAL_BASE_URL. The judge: ``--judge-base-url``,
+    the spec, EVAL_JUDGE_BASE_URL, then the model's endpoint. Keys stay in the environment:
+    only variable names travel; a judge with no EVAL_JUDGE_API_KEY set uses EVAL_API_KEY.
+    """
+    import os
+
+    from .spec import AdapterSpec
+
+    env_url = os.environ.get("EVAL_BASE_URL") or None
+    adapters = []
+    for a in spec.adapters:
+        if isinstance(a, AdapterSpec):
+            a = a.model_copy(update={"base_url": base_url or a.base_url or env_url})
+        adapters.append(a)
+    updates: dict[str, Any] = {"adapters": adapters}
+    if spec.judge is not None and spec.judge.provider != "mock":
+        first = next((a.base_url for a in adapters if isinstance(a, AdapterSpec) and a.base_url), None)
+        jurl = judge_base_url or spec.judge.base_url or os.environ.get("EVAL_JUDGE_BASE_URL") or base_url \
+            or first or env_url
+        key_env = spec.judge.api_key_env
+        if key_env == "EVAL_JUDGE_API_KEY" and not os.environ.get(key_env) and os.environ.get("EVAL_API_KEY"):
+            key_env = "EVAL_API_KEY"
+        updates["judge"] = spec.judge.model_copy(update={"base_url": jurl, "api_key_env": key_env})
+    bound = spec.model_copy(update=updates)
+    bound._source, bound._resolved, bound._lines = spec._source, spec._resolved, spec._lines
+    return bound
+
+
+def spec_from_cases(paths: list[Path], model: str, judge_model: str | None = None,
+                    name: str | None = None) -> EvalSpec:
+    """The seed's `run --dataset cases.yaml --model M`: one OpenAI-compatible adapter and,
+    when any case has criteria, a judge (``--judge-model``, default the model itself)."""
+    from .cases import load_cases
+    from .spec import AdapterSpec, JudgeSpec, _check_duplicates
+
+    origins = load_cases(paths)
+    _check_duplicates(origins)
+    prompts = [p for p, _, _ in origins]
+    judge = JudgeSpec(model=judge_model or model) if any(p.criteria for p in prompts) else None
+    spec = EvalSpec(name=name or "+".join(p.stem for p in paths), adapters=[AdapterSpec(id=model, model=model)],
+                    prompts=prompts, judge=judge)
+    spec._resolved = prompts
+    return spec
+
+
 class Runner:
     """Runs a spec in this process. ``executor``/``judge`` are plain sync callables."""
 
@@ -81,6 +129,8 @@ class Runner:
     def run(self, spec: EvalSpec, base_dir: Path | str | None = None, *, trials: int | None = None,
             run_id: str | None = None) -> RunReport:
         prompts = spec.resolved_prompts(Path(base_dir) if base_dir else None)
+        if self.executor is None:
+            spec = bind_environment(spec)
         adapters = make_adapters(spec, self.executor)
         judge = make_judge(spec, self.judge_fn)
         n_trials = trials or spec.trials

@@ -233,6 +233,10 @@ class EvalSpec(_Model):
     def tag(self) -> str:
         return self.lineage_tag or self.name
 
+    def restrict_to(self, tags: tuple[str, ...] = (), cases: tuple[str, ...] = ()) -> None:
+        """Keep only the prompts selected by --tag / --case."""
+        self._resolved = restrict(self.resolved_prompts(), tags, cases)
+
     @property
     def adapter_ids(self) -> list[str]:
         return [a if isinstance(a, str) else a.id for a in self.adapters]
@@ -245,7 +249,7 @@ class EvalSpec(_Model):
         origins: list[tuple[PromptSpec, str, int | None]] = [
             (p, str(self._source or "spec"), None) for p in self.prompts]
         if self.dataset:
-            origins += load_dataset(base / self.dataset, spec_path=self._source)
+            origins += load_any_dataset(base / self.dataset, spec_path=self._source)
         _check_duplicates(origins)
         self._resolved = [p for p, _, _ in origins]
         return self._resolved
@@ -260,6 +264,31 @@ def _check_duplicates(origins: list[tuple[PromptSpec, str, int | None]]) -> None
                             "ids must be unique across inline prompts and the dataset",
                             path=path, line=line, field="id")
         first[prompt.id] = where
+
+
+def load_any_dataset(path: Path, spec_path: Path | None = None) -> list[tuple[PromptSpec, str, int | None]]:
+    """JSONL prompts, or case YAML (a file or a directory of them)."""
+    if path.is_dir() or path.suffix in (".yaml", ".yml"):
+        from .cases import load_cases
+
+        return load_cases([path])
+    return load_dataset(path, spec_path)
+
+
+def restrict(prompts: list[PromptSpec], tags: tuple[str, ...] = (), cases: tuple[str, ...] = ()) -> list[PromptSpec]:
+    """Only prompts carrying one of ``tags`` and/or named in ``cases``; unknown case ids are an error."""
+    if cases:
+        known = {p.id for p in prompts}
+        unknown = [c for c in cases if c not in known]
+        if unknown:
+            raise SpecError(f"--case {unknown[0]!r}: no such case id (known: {', '.join(sorted(known)[:10])}"
+                            f"{', ...' if len(known) > 10 else ''})")
+        prompts = [p for p in prompts if p.id in cases]
+    if tags:
+        prompts = [p for p in prompts if set(p.tags) & set(tags)]
+    if not prompts:
+        raise SpecError(f"no case left after --tag {', '.join(tags)}" if tags else "no case selected")
+    return prompts
 
 
 def load_dataset(path: Path, spec_path: Path | None = None) -> list[tuple[PromptSpec, str, int]]:
@@ -353,10 +382,10 @@ def load_spec(path: Path | str) -> EvalSpec:
     if spec.dataset:
         dataset_line = line_for(lines, ("dataset",))
         ds_path = path.parent / spec.dataset
-        if not ds_path.is_file():
+        if not ds_path.exists():
             raise SpecError(f"dataset file not found: {ds_path}", path=str(path), line=dataset_line,
                             field="dataset")
-        origins += load_dataset(ds_path, spec_path=path)
+        origins += load_any_dataset(ds_path, spec_path=path)
     _check_duplicates(origins)
     spec._resolved = [p for p, _, _ in origins]
     if not spec._resolved:

@@ -1,0 +1,198 @@
+"""`evalfarm mock-provider`: a local OpenAI-compatible chat server for tests, demos and load tests.
+
+Replies echo the last user message (or follow a script), with usage figures and
+a finish_reason. It can add latency, fail a fraction of requests with 5xx, and
+enforce a request rate with 429 + Retry-After. Markers in the user message
+script single requests, so tests stay deterministic:
+
+    [[status:NNN]]        always answer with that HTTP status
+    [[fail:N:NNN]]        the first N requests with this exact message fail with NNN, then succeed
+    [[retry-after-date]]  with 429: send Retry-After as an HTTP date instead of seconds
+    [[refuse]]            answer with a refusal
+    [[length]]            cut the reply short with finish_reason "length"
+    [[reply:TEXT]]        answer TEXT verbatim
+    [[drop]]              close the connection without answering
+    [[slow:MS]]           add MS milliseconds of latency
+
+Judge requests (the judging prompt carries ``EVALFARM-JUDGE``) get a JSON verdict:
+every criterion id listed in the prompt passes unless the judged output holds
+``[[fail-criterion:ID]]``; a rubric gets ``{"score": 1.0}`` unless
+``[[judge-score:X]]``; ``[[judge-garbage]]`` makes the judge reply prose (twice),
+``[[judge-garbage-once]]`` only the first time.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import time
+from collections import defaultdict
+from email.utils import formatdate
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+JUDGE_MARKER = "EVALFARM-JUDGE"
+RUBRIC_MARKER = "EVALFARM-RUBRIC"
+_MARK = re.compile(r"\[\[([a-z-]+)(?::([^\]]*))?\]\]")
+
+
+class TokenBucket:
+    def __init__(self, rate: float) -> None:
+        self.rate, self.tokens, self.stamp = rate, rate, time.monotonic()
+
+    def take(self) -> float:
+        """0 if a request may pass now, else the seconds until one may."""
+        now = time.monotonic()
+        self.tokens = min(self.rate, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / self.rate
+
+
+class MockProvider:
+    def __init__(self, latency_ms: float = 0, error_rate: float = 0.0, rate_limit: float | None = None,
+                 api_key: str | None = None, script: list[dict[str, Any]] | None = None, seed: int = 0) -> None:
+        self.latency_s = latency_ms / 1000.0
+        self.error_rate = error_rate
+        self.bucket = TokenBucket(rate_limit) if rate_limit else None
+        self.api_key = api_key
+        self.script = [(re.compile(r["match"]), r) for r in (script or [])]
+        self.rng = random.Random(seed)
+        self.seen: dict[str, int] = defaultdict(int)
+        self.requests = 0
+        self.statuses: dict[int, int] = defaultdict(int)
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=8 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/chat/completions", self.chat)
+        app.router.add_get("/stats", self.stats)
+        return app
+
+    async def stats(self, request: web.Request) -> web.Response:
+        return web.json_response({"requests": self.requests, "statuses": self.statuses})
+
+    def _error(self, status: int, message: str, retry_after: str | None = None) -> web.Response:
+        self.statuses[status] += 1
+        headers = {"Retry-After": retry_after} if retry_after is not None else {}
+        return web.json_response({"error": {"message": message, "type": "mock_error", "code": status}},
+                                 status=status, headers=headers)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        self.requests += 1
+        if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return self._error(401, "invalid api key")
+        try:
+            body = await request.json()
+            messages = body["messages"]
+            user = next(m["content"] for m in reversed(messages) if m.get("role") == "user")
+        except (ValueError, KeyError, StopIteration, TypeError):
+            return self._error(400, "expected a JSON chat completion request with a user message")
+        marks = {name: arg for name, arg in _MARK.findall(user)}
+        delay = self.latency_s + float(marks.get("slow") or 0) / 1000.0
+        if delay:
+            await asyncio.sleep(delay)
+        if "drop" in marks:
+            request.transport.close()
+            raise asyncio.CancelledError()
+        if "status" in marks:
+            status = int(marks["status"])
+            return self._error(status, f"scripted status {status}", "1" if status == 429 else None)
+        if "fail" in marks:
+            n, status = marks["fail"].split(":")
+            self.seen[user] += 1
+            if self.seen[user] <= int(n):
+                when = formatdate(time.time() + 1, usegmt=True) if "retry-after-date" in marks else "1"
+                return self._error(int(status), f"scripted failure {self.seen[user]} of {n}",
+                                   when if int(status) in (429, 503) else None)
+        if self.bucket is not None:
+            wait = self.bucket.take()
+            if wait > 0:
+                return self._error(429, "rate limit exceeded", str(max(1, round(wait + 0.5))))
+        if self.error_rate and self.rng.random() < self.error_rate:
+            return self._error(self.rng.choice([500, 502, 503]), "injected server error")
+        system = " ".join(m.get("content", "") for m in messages if m.get("role") == "system")
+        if JUDGE_MARKER in system:
+            text, finish = self._judge(user, marks), "stop"
+        elif RUBRIC_MARKER in system:
+            text, finish = self._rubric(user), "stop"
+        else:
+            text, finish = self._reply(body.get("model", "mock"), user, marks)
+        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        words = text.split()
+        if max_tokens and len(words) > int(max_tokens):
+            text, finish = " ".join(words[: int(max_tokens)]), "length"
+        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
+        self.statuses[200] += 1
+        return web.json_response({
+            "id": f"chatcmpl-mock-{self.requests}", "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model", "mock"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()),
+                      "total_tokens": prompt_tokens + len(text.split())},
+        })
+
+    def _reply(self, model: str, user: str, marks: dict[str, str]) -> tuple[str, str]:
+        for pattern, rule in self.script:
+            if pattern.search(user):
+                return rule["reply"], rule.get("finish_reason", "stop")
+        if "reply" in marks:
+            return marks["reply"], "stop"
+        if "refuse" in marks:
+            return "I'm sorry, but I can't help with that request.", "stop"
+        clean = _MARK.sub("", user).strip()
+        if "length" in marks:
+            return " ".join(clean.split()[: max(1, len(clean.split()) // 2)]), "length"
+        return clean, "stop"
+
+    def _rubric(self, user: str) -> str:
+        """One criterion per sentence of the specification; 'JSON' in it adds a json check."""
+        body = user.split("## Specification", 1)[-1]
+        sentences = [x.strip() for x in re.split(r"(?<=[.!?])\s+", body) if len(x.strip()) > 3]
+        criteria = []
+        for sentence in sentences[:6]:
+            cid = "_".join(re.findall(r"[a-z0-9]+", sentence.lower())[:3]) or f"c{len(criteria)}"
+            weight = 3 if re.search(r"\b(must|never|always)\b", sentence, re.I) else 1
+            criteria.append({"id": cid, "weight": weight, "description": sentence})
+        checks = [{"kind": "json"}] if "json" in body.lower() else []
+        return json.dumps({"criteria": criteria, "checks": checks})
+
+    def _judge(self, user: str, marks: dict[str, str]) -> str:
+        if "judge-garbage" in marks:
+            return "I think the answer is quite good overall, but I will not format it."
+        if "judge-garbage-once" in marks:
+            self.seen["judge:" + user] += 1
+            if self.seen["judge:" + user] == 1:
+                return "Let me think... it looks fine."
+        fails = set(re.findall(r"\[\[fail-criterion:([^\]]+)\]\]", user))
+        ids = re.findall(r"^- id: (\S+) \(weight", user, re.M)
+        if ids:
+            verdicts = [{"id": i, "verdict": "fail" if i in fails else "pass", "reason": "scripted by mock-provider"}
+                        for i in ids]
+            return "Here is my verdict:\n```json\n" + json.dumps({"criteria": verdicts}) + "\n```"
+        score = float(marks.get("judge-score") or 1.0)
+        return json.dumps({"score": score, "reason": "scripted by mock-provider"})
+
+
+def load_script(path: Path) -> list[dict[str, Any]]:
+    import yaml
+
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    if not isinstance(data, list) or not all(isinstance(r, dict) and "match" in r and "reply" in r for r in data):
+        raise ValueError(f"{path}: expected a YAML list of {{match: REGEX, reply: TEXT}}")
+    return data
+
+
+def serve(host: str, port: int, provider: MockProvider, ready_message: bool = True) -> None:
+    def on_startup(_app: web.Application) -> None:
+        if ready_message:
+            print(f"mock-provider listening on http://{host}:{port}/v1", flush=True)
+
+    app = provider.app()
+    app.on_startup.append(lambda a: asyncio.sleep(0, on_startup(a)))
+    web.run_app(app, host=host, port=port, access_log=None, print=None, handle_signals=True)
