@@ -78,7 +78,8 @@ def _validate(model: type[_Model], path: Path, what: str) -> _Model:
     try:
         obj = model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errors = exc.errors()  # a misspelt field explains the "missing" one that usually comes with it
+        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         loc = tuple(err["loc"])
         owner: Any = Task if "tasks" in loc and len(loc) > 2 else model
         raise SpecError(_message(err, sorted(owner.model_fields)), path=str(path), line=line_for(lines, loc),

@@ -1,0 +1,277 @@
+"""The A/B harness's pure parts: profiles, loaders, statistics, verdicts, ledger, audit chain, artifact."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from evalfarm.ab import audit, compare, ledger
+from evalfarm.ab.artifact import build, header_of, to_bytes, verify_rows, write
+from evalfarm.ab.executors import SYNTHETIC_PRICE, SyntheticExecutor, synthetic_cost
+from evalfarm.ab.harness import inprocess, plan_arms, run_suite, run_variants
+from evalfarm.ab.profiles import CONTROL, PROFILES, profile
+from evalfarm.ab.tasks import load_suite, load_tasks, load_variant
+from evalfarm.errors import SpecError, UsageError
+
+EX = Path(__file__).resolve().parent.parent / "examples" / "ab"
+
+
+def row(task, passed=True, usd=0.001, tin=10, tout=20, arm="a", trial=0, error=None):
+    return {"task": task, "passed": passed, "cost_usd": usd, "input_tokens": tin, "output_tokens": tout,
+            "arm": arm, "trial": trial, "error": error}
+
+
+# -- profiles and loaders ------------------------------------------------------------------------
+
+def test_profiles_are_hashed_and_unknown_names_are_usage_errors():
+    assert set(PROFILES) == {"baseline", "balanced", "terse", "verbose"}
+    assert PROFILES["baseline"].addendum is None and PROFILES["baseline"].addendum_sha256 is None
+    terse = PROFILES["terse"]
+    assert terse.addendum_sha256 == hashlib.sha256(terse.addendum.encode()).hexdigest()
+    assert CONTROL.addendum == "Be brief." and "control" not in PROFILES
+    with pytest.raises(UsageError, match="unknown profile 'tersee'"):
+        profile("tersee")
+
+
+def test_plan_arms_two_and_three():
+    arms, pairs = plan_arms("balanced", "terse", 2)
+    assert [a.name for a in arms] == ["balanced", "terse"] and pairs[0]["honest"]
+    arms, pairs = plan_arms("baseline", "terse", 3)
+    assert [(a.name, a.role) for a in arms] == [("baseline", "baseline"), ("control", "control"),
+                                                ("terse", "candidate")]
+    assert pairs[0] == {"a": "control", "b": "terse", "label": "honest", "honest": True}
+    assert pairs[1]["label"] == "conflated" and not pairs[1]["honest"]
+    with pytest.raises(UsageError, match="both 'terse'"):
+        plan_arms("terse", "terse", 2)
+    with pytest.raises(UsageError, match="pass --arm-a baseline"):
+        plan_arms("balanced", "terse", 3)
+
+
+def test_loaders_name_file_line_and_field(tmp_path):
+    assert load_variant(EX / "variant_b.yaml").model == "echo"
+    assert [t.id for t in load_tasks(EX / "tasks.yaml")] == ["capital", "sum", "greeting"]
+    suite = load_suite(EX / "suite.yaml")
+    assert suite.name == "ab-smoke" and suite.scorer == "contains" and len(suite.tasks) == 12
+
+    bad = tmp_path / "tasks.yaml"
+    bad.write_text("tasks:\n  - id: a\n    input: x\n    expected: y\n  - id: b\n    input: x\n    expect: y\n")
+    with pytest.raises(SpecError) as e:
+        load_tasks(bad)
+    assert str(e.value).startswith(f"{bad}:7: tasks[1].expect: unknown field; allowed fields are expected, id, input")
+    bad.write_text("tasks:\n  - {id: a, input: x, expected: y}\n  - {id: a, input: z, expected: y}\n")
+    with pytest.raises(SpecError, match=r"tasks.yaml:3: tasks\[1\].id: duplicate task id 'a' \(first on line 2\)"):
+        load_tasks(bad)
+    bad.write_text("name: v\n")
+    with pytest.raises(SpecError, match=r"variant.yaml:1: prompt: required field is missing"):
+        load_variant(bad.rename(tmp_path / "variant.yaml"))
+    empty = tmp_path / "suite.yaml"
+    empty.write_text("name: s\ntasks: []\n")
+    with pytest.raises(SpecError, match=r"suite.yaml:2: tasks: the 'tasks' list is empty"):
+        load_suite(empty)
+    empty.write_text("tasks:\n  - {id: a, input: x, expected: y}\nscorer: fuzzy\n")
+    with pytest.raises(SpecError, match=r"suite.yaml:3: scorer: .*'exact', 'contains' or 'none'"):
+        load_suite(empty)
+
+
+# -- statistics and verdicts ---------------------------------------------------------------------
+
+def test_median_and_arm_figures():
+    assert compare.median([]) is None
+    assert compare.median([3, 1, 2]) == 2.0 and compare.median([4, 1, 3, 2]) == 2.5
+    rows = [row("t1", True, 0.001, 10, 20), row("t2", False, 0.003, 10, 40), row("t3", True, 0.002, 10, 30)]
+    f = compare.arm_figures(rows)
+    assert f["runs"] == 3 and f["tasks"] == 3 and f["passes"] == 2
+    assert f["pass_rate"] == round(2 / 3, 10) and f["median_tokens"] == 40.0 and f["median_usd"] == 0.002
+    assert f["total_usd"] == 0.006 and f["not_measured"] == {}
+    assert f["cost_measured"] and f["quality_measured"]
+
+
+def test_unmeasured_axes_are_structured():
+    f = compare.arm_figures([row("t1", None, None), row("t2", None, None, error="ConnectionError")])
+    assert not f["cost_measured"] and not f["quality_measured"]
+    assert f["not_measured"]["cost"] == {"reason": "runtime_error", "runs_missing": 2, "runs_errored": 1}
+    assert f["not_measured"]["quality"]["reason"] == "runtime_error"
+    f = compare.arm_figures([row("t1", None, 0.1)])
+    assert f["not_measured"] == {"quality": {"reason": "not_scored", "runs_missing": 1, "runs_errored": 0}}
+    assert compare.arm_figures([])["not_measured"]["cost"]["reason"] == "no_runs"
+
+
+def _verdict(a_rows, b_rows):
+    fa, fb = compare.arm_figures(a_rows), compare.arm_figures(b_rows)
+    deltas = compare.compare_arms("a", a_rows, fa, "b", b_rows, fb)
+    return compare.verdict("a", fa, "b", fb, deltas), deltas
+
+
+def test_no_partial_winner_when_an_axis_is_unmeasured():
+    a = [row(f"t{i}", True, 0.01) for i in range(10)]
+    b = [row(f"t{i}", False, None) for i in range(10)]  # far worse quality, but cost unknown
+    v, deltas = _verdict(a, b)
+    assert v["result"] == "incomparable" and v["winner"] is None
+    assert v["not_measured"] == [{"arm": "b", "axis": "cost", "reason": "price_unknown", "runs_missing": 10,
+                                  "runs_errored": 0}]
+    assert deltas["median_usd"] == {"not_measured": {"axis": "cost", "arms": ["b"]}}
+    assert "delta" in deltas["pass_rate"]
+
+
+def test_quality_decides_when_its_interval_excludes_zero():
+    a = [row(f"t{i}", True, 0.002) for i in range(20)]
+    b = [row(f"t{i}", i % 4 == 0, 0.001) for i in range(20)]  # cheaper but fails 75%
+    v, d = _verdict(a, b)
+    assert v["result"] == "winner" and v["winner"] == "a" and v["decided_by"] == "quality"
+    assert d["pass_rate"]["delta"] == -0.75 and d["pass_rate"]["ci95"][1] < 0
+
+
+def test_cost_breaks_a_quality_tie_and_ties_carry_the_interval():
+    a = [row(f"t{i}", i % 5 != 0, 0.002) for i in range(20)]
+    b = [row(f"t{i}", i % 5 != 1, 0.001) for i in range(20)]  # same pass rate, half the cost
+    v, d = _verdict(a, b)
+    assert d["pass_rate"]["delta"] == 0.0 and not d["pass_rate"]["ci_excludes_zero"]
+    assert v == {**v, "result": "winner", "winner": "b", "decided_by": "cost"}
+    # cost within tolerance (1%) and quality within the interval: a tie, reasons include both intervals
+    b2 = [row(f"t{i}", i % 5 != 1, 0.00199) for i in range(20)]
+    v, d = _verdict(a, b2)
+    assert v["result"] == "tie" and v["winner"] is None and "95% CI" in v["reason"]
+    # a large but noisy quality difference whose interval includes zero is a tie on quality
+    a3 = [row(f"t{i}", i < 2, 0.002) for i in range(4)]
+    b3 = [row(f"t{i}", i < 1, 0.002) for i in range(4)]
+    v, d = _verdict(a3, b3)
+    assert d["pass_rate"]["delta"] == -0.25 and d["pass_rate"]["ci95"][0] < 0 < d["pass_rate"]["ci95"][1] + 0.5
+    assert v["result"] == "tie"
+
+
+def test_bootstrap_is_deterministic_and_paired_by_task():
+    a = [row(f"t{i}", i % 3 == 0, 0.001 * (i + 1)) for i in range(15) for _ in range(2)]
+    b = [row(f"t{i}", i % 2 == 0, 0.0005 * (i + 1)) for i in range(15) for _ in range(2)]
+    stat = compare.STATS["median_usd"][0]
+    assert compare.bootstrap_delta(a, b, stat) == compare.bootstrap_delta(a, b, stat)
+    lo, hi = compare.bootstrap_delta(a, b, stat)
+    assert lo <= stat(b) - stat(a) <= hi
+    # identical arms: a paired bootstrap gives exactly zero
+    assert compare.bootstrap_delta(a, a, stat) == (0.0, 0.0)
+
+
+# -- ledger ----------------------------------------------------------------------------------------
+
+def test_ledger_rows_are_referenced_by_sha256_of_their_line_and_deduplicated(tmp_path):
+    path = tmp_path / "l.jsonl"
+    rows = [{"arm": "a", "cost_usd": 0.5}, {"arm": "b", "cost_usd": 0.25}]
+    refs = ledger.append_rows(path, rows)
+    lines = path.read_bytes().split(b"\n")
+    assert refs == [hashlib.sha256(lines[0]).hexdigest(), hashlib.sha256(lines[1]).hexdigest()]
+    assert ledger.append_rows(path, rows) == refs and len(path.read_bytes().splitlines()) == 2
+    index = ledger.load(path)
+    assert index[refs[1]].data == rows[1] and index[refs[1]].line == 2
+    with pytest.raises(UsageError, match="ledger not found"):
+        ledger.load(tmp_path / "missing.jsonl")
+
+
+def test_synthetic_executor_is_deterministic_and_priced():
+    assert synthetic_cost(1_000_000, 0) == SYNTHETIC_PRICE["input_per_mtok"]
+    assert synthetic_cost(0, 1_000_000) == SYNTHETIC_PRICE["output_per_mtok"]
+    with pytest.raises(UsageError, match="never go to the production spend ledger"):
+        SyntheticExecutor().anchor([], Path(".evalfarm/cost/ledger.jsonl"), "plan")
+
+
+# -- audit chain -----------------------------------------------------------------------------------
+
+def test_audit_chain_links_signs_and_names_the_first_broken_entry(tmp_path):
+    d = tmp_path / "audit"
+    for i in range(3):
+        e = audit.append(d, "eval.ab_comparison", {"n": i})
+        assert e["seq"] == i + 1
+    key = d / audit.KEY
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    good, broken = audit.verify(d)
+    assert len(good) == 3 and broken is None and good[1]["prev"] == good[0]["digest"]
+
+    lines = (d / audit.CHAIN).read_text().splitlines()
+    tampered = json.loads(lines[1])
+    tampered["data"]["n"] = 42
+    lines[1] = json.dumps(tampered, sort_keys=True, separators=(",", ":"))
+    (d / audit.CHAIN).write_text("\n".join(lines) + "\n")
+    good, broken = audit.verify(d)
+    assert len(good) == 1 and broken.seq == 2 and "HMAC mismatch" in broken.reason
+    with pytest.raises(audit.AuditError, match="broken at entry 2"):
+        audit.append(d, "eval.ab_comparison", {"n": 3})
+
+    # dropping an entry breaks the next one's link
+    (d / audit.CHAIN).write_text("\n".join([lines[0], lines[2]]) + "\n")
+    _, broken = audit.verify(d)
+    assert broken.seq == 2 and "seq is 3" in broken.reason
+
+
+def test_audit_key_must_be_private(tmp_path):
+    audit.append(tmp_path, "e", {})
+    os.chmod(tmp_path / audit.KEY, 0o644)
+    with pytest.raises(audit.AuditError, match="must be 0600"):
+        audit.append(tmp_path, "e", {})
+
+
+# -- harness and artifact (in-process farm) --------------------------------------------------------
+
+def test_variant_mode_scores_deltas_and_winner(tmp_path):
+    r = run_variants(variant_a=EX / "variant_a.yaml", variant_b=EX / "variant_b.yaml", tasks_path=EX / "tasks.yaml")
+    assert (r["a"]["name"], r["a"]["n"], r["a"]["passes"]) == ("plain", 3, 2)
+    assert (r["b"]["passes"], r["b"]["mean_score"]) == (1, round(1 / 3, 10))
+    assert [(t["id"], t["score_a"], t["score_b"], t["delta"]) for t in r["tasks"]] == [
+        ("capital", 1.0, 0.0, -1.0), ("sum", 1.0, 0.0, -1.0), ("greeting", 0.0, 1.0, 1.0)]
+    assert r["verdict"]["result"] == "tie" and "interval includes zero" in r["verdict"]["reason"]
+
+    tasks = tmp_path / "tasks.yaml"
+    tasks.write_text("tasks:\n" + "".join(f"  - {{id: t{i}, input: x{i}, expected: 'Answer: x{i}'}}\n"
+                                          for i in range(8)))
+    r = run_variants(variant_a=EX / "variant_a.yaml", variant_b=EX / "variant_b.yaml", tasks_path=tasks)
+    assert r["verdict"]["result"] == "winner" and r["verdict"]["winner"] == "plain"
+    assert r["delta"]["pass_rate"]["ci95"] == [-1.0, -1.0]
+    r = run_variants(variant_a=EX / "variant_a.yaml", variant_b=EX / "variant_b.yaml", tasks_path=tasks,
+                     scorer="none")
+    assert r["verdict"]["result"] == "tie" and r["a"]["pass_rate"] is None
+    assert r["delta"]["pass_rate"] == {"not_measured": {"axis": "quality", "reason": "scorer_none"}}
+
+
+def test_identical_variant_names_are_an_error(tmp_path):
+    b = tmp_path / "b.yaml"
+    b.write_text("# same name\nname: plain\nprompt: other\n")
+    with pytest.raises(SpecError, match=r"b.yaml:2: name: both variants are named 'plain'"):
+        run_variants(variant_a=EX / "variant_a.yaml", variant_b=b, tasks_path=EX / "tasks.yaml")
+
+
+def test_artifact_rebuilds_from_ledger_rows_and_catches_a_tampered_row(tmp_path):
+    res = run_suite(suite_path=EX / "suite.yaml", arm_a="baseline", arm_b="terse", arms=3, trials=2,
+                    executor=SyntheticExecutor(), ledger=tmp_path / "l.jsonl", reports_dir=tmp_path / "r",
+                    audit_dir=tmp_path / "a", run_spec=inprocess)
+    art = res.artifact
+    assert res.path.name == hashlib.sha256(res.data).hexdigest() + ".json"
+    assert res.data == json.dumps(art, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    assert art["arm_order"] == ["baseline", "control", "terse"]
+    assert [c["label"] for c in art["comparisons"]] == ["honest", "conflated"]
+    assert art["verdict"]["a"] == "control" and art["verdict"]["b"] == "terse"
+    assert art["arms"]["terse"]["addendum_sha256"] == PROFILES["terse"].addendum_sha256
+    for name, arm in art["arms"].items():
+        assert arm["runs"] == 24 and arm["tasks"] == 12 and arm["cost_measured"] and arm["quality_measured"]
+    index = ledger.load(tmp_path / "l.jsonl")
+    rows = [index[r].data for r in art["arms"]["terse"]["ledger_rows"]]
+    assert art["arms"]["terse"]["total_usd"] == round(sum(r["cost_usd"] for r in rows), 10)
+    assert all(r["profile"] == "terse" and r["source"] == "synthetic" for r in rows)
+    assert verify_rows(art, index) == ([], art)
+    assert build(header_of(art), {a: [(ref, index[ref].data) for ref in art["arms"][a]["ledger_rows"]]
+                                  for a in art["arm_order"]}) == art
+    assert write(tmp_path / "r", res.data) == res.path  # writing twice is a no-op
+
+    lines = (tmp_path / "l.jsonl").read_text().splitlines()
+    victim = json.loads(lines[5])
+    victim["cost_usd"] = victim["cost_usd"] / 2
+    lines[5] = json.dumps(victim, sort_keys=True, separators=(",", ":"))
+    (tmp_path / "l.jsonl").write_text("\n".join(lines) + "\n")
+    problems, rebuilt = verify_rows(art, ledger.load(tmp_path / "l.jsonl"))
+    assert rebuilt is None and len(problems) == 1 and "not found (the row was edited or removed)" in problems[0]
+
+    forged = json.loads(res.data)
+    forged["arms"]["terse"]["median_usd"] = 0.0
+    problems, _ = verify_rows(forged, index)
+    assert problems == ["arms: the artifact's figures differ from those recomputed from the ledger rows"]
+    assert to_bytes(art) == res.data
