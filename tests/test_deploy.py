@@ -379,3 +379,23 @@ def test_worker_image_is_slim_non_root_with_git_and_a_signal_forwarding_init():
     pyproject = (ROOT / "pyproject.toml").read_text()
     readme = re.search(r'^readme\s*=\s*"([^"]+)"', pyproject, re.M)
     assert readme is None or readme.group(1) in copied  # the build needs it
+
+
+def test_readme_pool_table_matches_pools_py_and_the_deploys():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Deploying and scaling out", 1)[1].split("\n## ", 1)[0]
+    rows = {cells[0]: cells[1:] for line in section.splitlines() if line.startswith("| ")
+            for cells in [[c.strip() for c in line.strip("|").split("|")]] if cells[0] in POOLS}
+    assert sorted(rows) == POOL_NAMES
+    compose, docs = load_compose(), load_k8s()
+    for name, (queue, concurrency, limits, visibility, grace, replicas) in rows.items():
+        pool = POOLS[name]
+        assert queue.split()[0] == f"`{pool.queues[0]}`" and len(pool.queues) == 1
+        assert int(concurrency) == pool.concurrency
+        assert limits == f"{pool.soft_time_limit} / {pool.time_limit} s"
+        assert visibility == f"{pool.visibility_timeout} s"
+        pod = by_kind(docs, "Deployment")[f"evalfarm-{name}"]["spec"]["template"]["spec"]
+        assert grace == f"{pod['terminationGracePeriodSeconds']} s"
+        assert seconds(compose["services"][name]["stop_grace_period"]) == pod["terminationGracePeriodSeconds"]
+        so = by_kind(docs, "ScaledObject")[f"evalfarm-{name}"]["spec"]
+        assert replicas == f"{so['minReplicaCount']}-{so['maxReplicaCount']}"
