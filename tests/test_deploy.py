@@ -17,6 +17,8 @@ import json
 import re
 import shutil
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -399,3 +401,24 @@ def test_readme_pool_table_matches_pools_py_and_the_deploys():
         assert seconds(compose["services"][name]["stop_grace_period"]) == pod["terminationGracePeriodSeconds"]
         so = by_kind(docs, "ScaledObject")[f"evalfarm-{name}"]["spec"]
         assert replicas == f"{so['minReplicaCount']}-{so['maxReplicaCount']}"
+
+
+def test_the_image_build_context_builds_a_wheel_with_every_package_file(tmp_path):
+    """The Dockerfile's `pip install .` sees only what it COPYs: build a wheel from exactly that and
+    check nothing under evalfarm/ is left behind (a template or data file without package-data
+    would be missing from the image, though an editable install hides it)."""
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    copied = [src for op, arg in dockerfile_instructions() if op == "COPY" for src in arg.split()[:-1]]
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for src in copied:
+        (shutil.copytree(ROOT / src, ctx / src, ignore=ignore) if (ROOT / src).is_dir()
+         else shutil.copy2(ROOT / src, ctx / src))
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
+                          str(ctx)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (wheel,) = (tmp_path / "dist").glob("evalfarm-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        in_wheel = {n for n in zf.namelist() if n.startswith("evalfarm/")}
+    in_tree = {p.relative_to(ctx).as_posix() for p in (ctx / "evalfarm").rglob("*") if p.is_file()}
+    assert in_tree - in_wheel == set()
