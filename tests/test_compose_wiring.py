@@ -1,0 +1,109 @@
+"""docker-compose.yml's wiring, run for real without a Docker engine (there is none here): the redis
+service's own command line, its healthcheck, every worker service's own command and environment
+(compose interpolation applied, the `redis` host mapped to 127.0.0.1), then the documented
+`evalfarm run --broker redis://...localhost.../0 SPEC`. Only the container boundary is emulated."""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from conftest import EVALFARM, EXAMPLES, ROOT, env_for, free_port, run_cli
+
+POOLS_IN_COMPOSE = ("provider", "judge", "spawn", "aggregate")
+
+
+def interpolate(value: str, env: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)(?::-([^}]*))?\}", lambda m: env.get(m.group(1)) or (m.group(2) or ""), value)
+
+
+def start_compose(tmp_path, shell_env: dict[str, str]):
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    port = free_port()
+    redis = compose["services"]["redis"]
+    cmd = [interpolate(a, shell_env) for a in redis["command"]]
+    assert cmd[0] == "redis-server"
+    binary = shutil.which("redis-server") or pytest.fail("redis-server is not installed")
+    procs: list[subprocess.Popen] = []
+    procs.append(subprocess.Popen([binary, *cmd[1:], "--port", str(port), "--bind", "127.0.0.1", "--dir",
+                                   str(tmp_path), "--daemonize", "no"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL))
+    deadline = time.time() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            assert time.time() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+    # the healthcheck, as the container runs it ($$ is compose's escape for $)
+    test = redis["healthcheck"]["test"]
+    assert test[0] == "CMD-SHELL"
+    script = test[1].replace("$$", "$").replace("redis-cli", f"redis-cli -p {port}")
+    health_env = {**os.environ, **{k: interpolate(v, shell_env) for k, v in redis["environment"].items()}}
+    health = subprocess.run(["sh", "-c", script], env=health_env, capture_output=True, timeout=30)
+    assert health.returncode == 0, health.stderr
+
+    logs = {}
+    for name in POOLS_IN_COMPOSE:
+        svc = compose["services"][name]
+        env = {k: interpolate(v, shell_env).replace("@redis:6379/", f"@127.0.0.1:{port}/")
+               for k, v in svc["environment"].items()}
+        logs[name] = tmp_path / f"{name}.log"
+        procs.append(subprocess.Popen([*EVALFARM, *svc["command"], "--loglevel", "INFO"],
+                                      env=env_for(None, **env), stdout=open(logs[name], "wb"),
+                                      stderr=subprocess.STDOUT, start_new_session=True))
+    deadline = time.time() + 60
+    for name, log in logs.items():
+        while b"ready." not in log.read_bytes():
+            assert time.time() < deadline, f"{name} not ready: {log.read_text()[-2000:]}"
+            time.sleep(0.1)
+    return port, procs, logs
+
+
+def stop_all(procs: list[subprocess.Popen]) -> list[int | None]:
+    codes = []
+    for p in procs[1:]:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    for p in procs[1:]:
+        try:
+            codes.append(p.wait(30))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            codes.append(None)
+    procs[0].terminate()
+    procs[0].wait(10)
+    return codes
+
+
+@pytest.mark.parametrize("password", [None, "pw-" + secrets.token_hex(8)], ids=["no-password", "REDIS_PASSWORD"])
+def test_compose_services_run_the_documented_path(tmp_path, password):
+    shell_env = {"REDIS_PASSWORD": password} if password else {}
+    port, procs, logs = start_compose(tmp_path, shell_env)
+    try:
+        auth = f":{password}@" if password else ""
+        spec = EXAMPLES / "smoke.yaml"  # it has a judge block: the judge pool's queue is used as well
+        res = run_cli("run", str(spec), "--broker", f"redis://{auth}localhost:{port}/0", "--no-save", "--json")
+        assert res.returncode == 0, res.stderr
+        if password:
+            assert password not in res.stdout + res.stderr
+            # and Redis really wants it
+            refused = run_cli("run", str(spec), "--broker", f"redis://localhost:{port}/0", "--no-save", timeout=60)
+            assert refused.returncode == 2
+        seen = {name: log.read_text(errors="replace") for name, log in logs.items()}
+        assert "evalfarm.run_batch" in seen["provider"] and "evalfarm.aggregate" in seen["aggregate"]
+        assert "evalfarm.judge_batch" in seen["judge"]
+    finally:
+        codes = stop_all(procs)
+    assert codes == [0, 0, 0, 0], {n: logs[n].read_text()[-1500:] for n in logs}
+    if password:
+        assert all(password not in log.read_text(errors="replace") for log in logs.values())
