@@ -8,8 +8,9 @@
   file. Used when neither ``--prompt-version`` nor a pin (``prompt: NAME@VERSION``) names one.
 
 The spec names its prompt with ``prompt: NAME`` (or ``NAME@VERSION``); ``--prompt-version V``
-overrides. A run without a spec (case files) and with ``--prompt-version`` uses the only prompt in
-``prompts/``. Each version is content-hashed (``sha256:`` of the file's bytes); the run records
+overrides. Without ``prompt:``, ``--prompt-version`` uses the only prompt in ``prompts/``; a run
+without a spec file (``--dataset`` cases, store in the working directory) also uses that only
+prompt's ``current`` pointer when it has one. Each version is content-hashed (``sha256:`` of the file's bytes); the run records
 name, version and hash in the registry. A version is immutable: when the registry already has a run
 of the same name and version with a different hash, the run stops before anything is sent
 (``PromptChangedError``, exit 2): save the changed prompt as a new version.
@@ -133,6 +134,14 @@ def dataset_hash(prompts: list) -> str:
     return "sha256:" + content_key([p.model_dump(mode="json", exclude={"system"}) for p in prompts])
 
 
+def _sole_pointed(base_dir: Path) -> bool:
+    """True when ``prompts/`` holds exactly one prompt and it has a ``current`` pointer: a run
+    without a spec file (``--dataset`` cases) then uses it, as the seed's ``run`` does."""
+    store = Path(base_dir) / STORE_DIR
+    names = [p for p in store.iterdir() if p.is_dir()] if store.is_dir() else []
+    return len(names) == 1 and (names[0] / POINTER).exists()
+
+
 def _prompt_name(spec: Any, base_dir: Path) -> tuple[str | None, str | None]:
     """(name, pinned version) from the spec's ``prompt`` field or, failing that, the only prompt."""
     ref = getattr(spec, "prompt", None)
@@ -164,8 +173,8 @@ def apply_prompt_version(spec: Any, version: str | None, base_dir: Path | str | 
     base = Path(base_dir) if base_dir is not None else (Path(source).parent if source else Path.cwd())
     prompts = spec.resolved_prompts()
     info: dict[str, Any] = {"dataset_hash": dataset_hash(prompts), "prompt": None}
-    if getattr(spec, "prompt", None) is None and not version:
-        spec._prompt_info = info
+    if getattr(spec, "prompt", None) is None and not version and not (source is None and _sole_pointed(base)):
+        spec._prompt_info = info  # a spec file without 'prompt:' uses no store unless --prompt-version
         return spec, None
     name, pinned = _prompt_name(spec, base)
     pv = resolve(base, name, version, pinned=pinned)
