@@ -120,7 +120,7 @@ def pr_summary(report: dict[str, Any], gate: GateResult | None = None, baseline:
     for adapter, f in report["per_adapter"].items():
         ref = base_fig.get(adapter, {}).get("overall")
         delta = f"{f['overall'] - ref:+.3f}" if ref is not None and f.get("overall") is not None else "–"
-        lines.append(f"| {adapter} | {_num(f.get('overall'))} | {_pct(f.get('golden_pass_rate'))} | "
+        lines.append(f"| {adapter} | {_num(f.get('overall'))} | {_pct(f.get('pass_rate', f.get('golden_pass_rate')))} | "
                      f"{f.get('errors', 0)}/{f.get('items', 0)} | {delta} |")
     if gate is not None:
         lines += [""] + [f"- **{b.name}** {'❌' if b.failed else '✅' if b.status == 'pass' else '➖'} {b.summary}"

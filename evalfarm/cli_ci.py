@@ -217,7 +217,7 @@ def baseline(run_ref: str, name: str | None, state_dir: Path) -> None:
 
 def list_lines(state_dir: Path, spec: str | None = None, tag: str | None = None) -> list[str]:
     """``evalfarm ls``: id, finished, spec, result, path, figures, prompt, baselines (tab-separated)."""
-    from .artifacts import runs_dir
+    from .artifacts import list_runs, runs_dir
     from .registry import DB_NAME, Registry
 
     if not runs_dir(state_dir).is_dir() and not (Path(state_dir) / DB_NAME).is_file():
@@ -232,6 +232,9 @@ def list_lines(state_dir: Path, spec: str | None = None, tag: str | None = None)
         out.append("\t".join([e["run_id"], e.get("finished_at") or "", e.get("spec_name") or "", e["result"],
                               e.get("artifact_path") or "", figures, prompt,
                               ",".join(names.get(e["run_id"], [])) or "-"]))
+    if spec is None and tag is None:  # saved files the registry could not read
+        known = {e["run_id"] for e in registry.runs()}
+        out += [f"{p.stem}\t\t\tUNREADABLE\t{p}" for p in list_runs(state_dir) if p.stem not in known]
     return out
 
 

@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS promotions (
   previous_run_id TEXT, promoted_at TEXT NOT NULL);
 """
 _JSON_COLS = ("adapters", "judge", "figures", "gate")
-_FIGURES = ("overall", "golden_pass_rate", "judge_mean", "items", "measured", "errors")
+_FIGURES = ("overall", "pass_rate", "golden_pass_rate", "judge_mean", "items", "measured", "errors")
 
 
 def utc_now() -> str:

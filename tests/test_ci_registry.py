@@ -115,3 +115,11 @@ def test_concurrent_records_are_all_kept(tmp_path):
     for t in threads:
         t.join()
     assert sorted(e["run_id"] for e in Registry(state).runs()) == sorted(r["run_id"] for r in reports)
+
+
+def test_unreadable_saved_files_are_listed_as_such(tmp_path):
+    state = tmp_path / "st"
+    r = make_run(tmp_path, state, "alpha")
+    (state / "runs" / "zz-broken.json").write_text("{not json")
+    lines = run_cli("ls", "--state-dir", str(state)).stdout.strip().splitlines()
+    assert lines[0].split("\t")[0] == r["run_id"] and lines[1].split("\t")[:4] == ["zz-broken", "", "", "UNREADABLE"]

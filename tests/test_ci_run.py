@@ -145,3 +145,21 @@ def test_nothing_measured_run_exits_3_under_the_gate_and_is_not_promoted(tmp_pat
     [line] = run_cli("ls", "--state-dir", str(tmp_path / "st")).stdout.strip().splitlines()
     res = run_cli("baseline", line.split("\t")[0], "--state-dir", str(tmp_path / "st"))
     assert res.returncode == 3 and "measured nothing" in res.stderr
+
+
+def test_baseline_flag_without_gate_reports_the_diff_and_keeps_the_thresholds_exit_code(project):
+    assert cli(project, "run", "suite.yaml", "--promote", "--baseline", "stable").returncode == 0
+    res = cli(project, "run", "suite.yaml", "--prompt-version", "v2", "--baseline", "stable")
+    assert res.returncode == 0, res.stdout + res.stderr  # no --gate: the thresholds decide
+    assert "against baseline 'stable' (run " in res.stdout
+    assert "cases: 3 shared; 1 stable, 2 regressed, 0 fixed, 0 still broken" in res.stdout
+    summary = project / "gate.md"
+    new_id = runs(project)[0][0]
+    g = cli(project, "gate", new_id, "--baseline", "stable", "--pr-summary", str(summary), "--junit",
+            str(project / "g.xml"))
+    assert g.returncode == 1
+    text = summary.read_text()
+    assert "gate FAILED" in text and "**regressions** ❌" in text and "McNemar p=0.5" in text
+    assert "| follow | 0.333 | 33.3% | 0/3 | -0.667 |" in text
+    res = cli(project, "run", "suite.yaml", "--baseline", "missing")
+    assert res.returncode == 2 and "--baseline missing: no baseline of that name" in res.stderr
