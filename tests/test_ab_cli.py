@@ -228,3 +228,18 @@ def test_unscored_suite_is_incomparable_with_structured_missing_axes(tmp_path):
         "not_measured": {"axis": "quality", "arms": ["balanced", "terse"]}}
     [path] = artifacts(tmp_path / ".evalfarm" / "reports" / "eval_ab")
     assert run_cli("ab", "verify", str(path), cwd=tmp_path).returncode == 0
+
+
+def test_unwritable_reports_dir_fails_before_the_audit_append(tmp_path):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    if not _make_readonly(reports):
+        pytest.skip("cannot make a directory read-only here")
+    try:
+        res = suite_run(tmp_path, "--reports-dir", str(reports))
+        assert res.returncode == 2 and "cannot write the artifact" in res.stderr
+        assert not (tmp_path / ".evalfarm" / "audit" / "chain.jsonl").exists()  # nothing anchored
+        assert not list(reports.iterdir())
+    finally:
+        subprocess.run(["chattr", "-i", str(reports)], capture_output=True)
+        reports.chmod(0o755)

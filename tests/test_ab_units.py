@@ -146,12 +146,14 @@ def test_cost_breaks_a_quality_tie_and_ties_carry_the_interval():
 def test_bootstrap_is_deterministic_and_paired_by_task():
     a = [row(f"t{i}", i % 3 == 0, 0.001 * (i + 1)) for i in range(15) for _ in range(2)]
     b = [row(f"t{i}", i % 2 == 0, 0.0005 * (i + 1)) for i in range(15) for _ in range(2)]
-    stat = compare.STATS["median_usd"][0]
-    assert compare.bootstrap_delta(a, b, stat) == compare.bootstrap_delta(a, b, stat)
-    lo, hi = compare.bootstrap_delta(a, b, stat)
-    assert lo <= stat(b) - stat(a) <= hi
-    # identical arms: a paired bootstrap gives exactly zero
-    assert compare.bootstrap_delta(a, a, stat) == (0.0, 0.0)
+    for name in ("median_usd", "pass_rate", "median_tokens"):
+        lo, hi = compare.bootstrap_delta(a, b, name)
+        assert (lo, hi) == compare.bootstrap_delta(a, b, name)
+        assert lo <= compare.stat(name, b) - compare.stat(name, a) <= hi
+        # identical arms: a paired bootstrap gives exactly zero
+        assert compare.bootstrap_delta(a, a, name) == (0.0, 0.0)
+    # the interval moves with the data: b much cheaper than a excludes zero
+    assert compare.bootstrap_delta(a, b, "median_usd")[1] < 0
 
 
 # -- ledger ----------------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ separators, ASCII escapes) with no timestamps; the file is ``<sha256 of the byte
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,35 @@ def header_of(artifact: dict[str, Any]) -> dict[str, Any]:
 
 def to_bytes(artifact: dict[str, Any]) -> bytes:
     return canonical_json(artifact).encode("ascii")
+
+
+class Staged:
+    """The artifact written to a temp file beside its final name; ``publish`` renames it into place,
+    ``discard`` removes it. Staging first proves the reports dir is writable before the audit append."""
+
+    def __init__(self, reports_dir: Path, data: bytes) -> None:
+        self.data = data
+        self.path = Path(reports_dir) / f"{sha256_hex(data)}.json"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise UsageError(f"cannot write the artifact to {reports_dir}: {exc.strerror or exc}") from None
+        self.tmp = Path(tmp)
+
+    def publish(self) -> Path:
+        if self.path.is_file() and self.path.read_bytes() == self.data:
+            self.tmp.unlink(missing_ok=True)  # identical bytes already there: a no-op
+        else:
+            os.replace(self.tmp, self.path)
+        return self.path
+
+    def discard(self) -> None:
+        self.tmp.unlink(missing_ok=True)
 
 
 def write(reports_dir: Path, data: bytes) -> Path:

@@ -83,35 +83,49 @@ def arm_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-Stat = Callable[[list[dict[str, Any]]], float | None]
-STATS: dict[str, tuple[Stat, str]] = {
-    "pass_rate": (lambda rows: sum(1 for r in rows if r.get("passed") is True) / len(rows), "quality"),
-    "median_usd": (lambda rows: median([r["cost_usd"] for r in rows]), "cost"),
-    "median_tokens": (lambda rows: median([_tokens(r) for r in rows]), "tokens"),  # type: ignore[misc]
+def _passed(row: dict[str, Any]) -> float:
+    return 1.0 if row.get("passed") is True else 0.0
+
+
+# name -> (per-run value, reducer, axis)
+STATS: dict[str, tuple[Callable[[dict[str, Any]], Any], str, str]] = {
+    "pass_rate": (_passed, "mean", "quality"),
+    "median_usd": (lambda r: r["cost_usd"], "median", "cost"),
+    "median_tokens": (_tokens, "median", "tokens"),
 }
 
 
-def _by_task(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        out.setdefault(r["task"], []).append(r)
-    return out
+def stat(name: str, rows: list[dict[str, Any]]) -> float:
+    value, reducer, _ = STATS[name]
+    values = [value(r) for r in rows]
+    return sum(values) / len(values) if reducer == "mean" else median(values)  # type: ignore[return-value]
 
 
-def bootstrap_delta(a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]], stat: Stat,
+def bootstrap_delta(a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]], name: str,
                     resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
     """95% percentile interval of stat(b) - stat(a), resampling tasks with both arms paired."""
-    a_by, b_by = _by_task(a_rows), _by_task(b_rows)
+    value, reducer, _ = STATS[name]
+    a_by: dict[str, list[Any]] = {}
+    b_by: dict[str, list[Any]] = {}
+    for rows, by in ((a_rows, a_by), (b_rows, b_by)):
+        for r in rows:
+            by.setdefault(r["task"], []).append(value(r))
     tasks = [t for t in a_by if t in b_by]
     rng = random.Random(seed)
     n = len(tasks)
-    deltas = []
-    for _ in range(resamples):
-        pick = [tasks[rng.randrange(n)] for _ in range(n)]
-        ra = [r for t in pick for r in a_by[t]]
-        rb = [r for t in pick for r in b_by[t]]
-        deltas.append(stat(rb) - stat(ra))  # type: ignore[operator]
-    deltas.sort()
+    if reducer == "mean":  # per-task sums and counts: a resample is a few additions
+        sa = [(sum(a_by[t]), len(a_by[t])) for t in tasks]
+        sb = [(sum(b_by[t]), len(b_by[t])) for t in tasks]
+
+        def one(pick: list[int]) -> float:
+            return (sum(sb[i][0] for i in pick) / sum(sb[i][1] for i in pick)
+                    - sum(sa[i][0] for i in pick) / sum(sa[i][1] for i in pick))
+    else:
+        la, lb = [a_by[t] for t in tasks], [b_by[t] for t in tasks]
+
+        def one(pick: list[int]) -> float:
+            return median([v for i in pick for v in lb[i]]) - median([v for i in pick for v in la[i]])  # type: ignore[operator]
+    deltas = sorted(one([rng.randrange(n) for _ in range(n)]) for _ in range(resamples))
     lo = deltas[math.floor(0.025 * (resamples - 1))]
     hi = deltas[math.ceil(0.975 * (resamples - 1))]
     return rnd(lo), rnd(hi)  # type: ignore[return-value]
@@ -122,13 +136,13 @@ def compare_arms(a: str, a_rows: list[dict[str, Any]], fa: dict[str, Any], b: st
     """Deltas b minus a, each with its interval, or a structured not_measured entry."""
     deltas: dict[str, Any] = {}
     measured = {"quality": "quality_measured", "cost": "cost_measured", "tokens": "tokens_measured"}
-    for name, (stat, axis) in STATS.items():
+    for name, (_, _, axis) in STATS.items():
         missing = [arm for arm, f in ((a, fa), (b, fb)) if not f[measured[axis]]]
         if missing:
             deltas[name] = {"not_measured": {"axis": axis, "arms": missing}}
             continue
-        va, vb = stat(a_rows), stat(b_rows)
-        lo, hi = bootstrap_delta(a_rows, b_rows, stat)
+        va, vb = stat(name, a_rows), stat(name, b_rows)
+        lo, hi = bootstrap_delta(a_rows, b_rows, name)
         deltas[name] = {"a": rnd(va), "b": rnd(vb), "delta": rnd(vb - va),  # type: ignore[operator]
                         "ci95": [lo, hi], "ci_excludes_zero": lo > 0 or hi < 0}
     return deltas

@@ -139,13 +139,14 @@ def run_suite(*, suite_path: Path, arm_a: str, arm_b: str, arms: int = 2, trials
     if before_emit is not None:
         before_emit(data)
     verdict = art["verdict"]
-    # anchor first: a failed append leaves no artifact behind
-    entry = audit.append(audit_dir, artifact_mod.EVENT,
-                         {"artifact_sha256": sha, "plan": plan_id, "suite": suite.name,
-                          "suite_sha256": header["suite"]["sha256"],
-                          "pair": [verdict["a"], verdict["b"]], "result": verdict["result"],
-                          "winner": verdict["winner"], "executor": header["executor"]["kind"]})
-    path = artifact_mod.write(reports_dir, data)
+    # staged (reports dir proven writable), then anchored, then published: a failed append leaves no artifact
+    staged = artifact_mod.Staged(reports_dir, data)
+    try:
+        entry = audit.append(audit_dir, artifact_mod.EVENT, event_data(art, sha))
+    except BaseException:
+        staged.discard()
+        raise
+    path = staged.publish()
     honest = pairs[0]
     pair_index.record(reports_dir, {"a_profile": prof[honest["a"]], "b_profile": prof[honest["b"]],
                                     "a": honest["a"], "b": honest["b"], "suite": suite.name,
@@ -153,6 +154,14 @@ def run_suite(*, suite_path: Path, arm_a: str, arm_b: str, arms: int = 2, trials
                                     "artifact": path.name, "result": verdict["result"], "winner": verdict["winner"],
                                     "audit_seq": entry["seq"], "recorded_at": entry["ts"]})
     return SuiteResult(art, data, sha, path, entry, ledger)
+
+
+def event_data(art: dict[str, Any], sha: str) -> dict[str, Any]:
+    """What the audit event says about an artifact (checked again by ``verify``)."""
+    v = art["verdict"]
+    return {"artifact_sha256": sha, "plan": art["plan"], "suite": art["suite"]["name"],
+            "suite_sha256": art["suite"]["sha256"], "pair": [v["a"], v["b"]], "result": v["result"],
+            "winner": v["winner"], "executor": art["executor"]["kind"]}
 
 
 def _spend_extra(executor: ArmExecutor, run_id: str) -> dict[str, Any]:
@@ -193,7 +202,11 @@ def verify(artifact_path: Path, ledger: Path | None = None, audit_dir: Path = DE
     try:
         good, broken = audit.verify(audit_dir)
         events = [e for e in good if e["event"] == artifact_mod.EVENT and e["data"].get("artifact_sha256") == sha]
-        if events:
+        mismatched = [e for e in events if e["data"] != event_data(art, sha)]
+        if mismatched:
+            checks.append(("audit event", False, f"entry {mismatched[-1]['seq']} records a different verdict or plan "
+                                                 "than the artifact"))
+        elif events:
             checks.append(("audit event", True, f"entry {events[-1]['seq']} in {audit_dir}"
                            + (f" (chain broken later, at {broken})" if broken else "")))
         else:
@@ -249,8 +262,7 @@ def run_variants(*, variant_a: Path, variant_b: Path, tasks_path: Path, scorer: 
         return result
     rows_a = [{"task": t.id, "passed": scores[("a", t.id)] == 1.0} for t in tasks]
     rows_b = [{"task": t.id, "passed": scores[("b", t.id)] == 1.0} for t in tasks]
-    stat = compare.STATS["pass_rate"][0]
-    lo, hi = compare.bootstrap_delta(rows_a, rows_b, stat)
+    lo, hi = compare.bootstrap_delta(rows_a, rows_b, "pass_rate")
     delta = compare.rnd((fb["passes"] - fa["passes"]) / len(tasks))
     excludes = lo > 0 or hi < 0
     result["delta"] = {"pass_rate": {"a": fa["pass_rate"], "b": fb["pass_rate"], "delta": delta, "ci95": [lo, hi],
