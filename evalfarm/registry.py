@@ -53,6 +53,19 @@ def figures_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {a: {k: f.get(k) for k in _FIGURES} for a, f in (report.get("per_adapter") or {}).items()}
 
 
+def _db_errors(method):
+    """A database problem (read-only state dir, a locked or corrupt file) is one line, not a traceback."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise UsageError(f"{self.path}: run registry: {exc}") from None
+    return wrapper
+
+
 class Registry:
     """Run history and baselines under one state dir."""
 
@@ -72,6 +85,7 @@ class Registry:
 
     # --- runs ----------------------------------------------------------------------------------------
 
+    @_db_errors
     def record(self, report: dict[str, Any], artifact: Path, *, dataset_hash: str | None = None,
                prompt: dict[str, Any] | None = None, gate: dict[str, Any] | None = None) -> dict[str, Any]:
         """Record (or re-record) one run; returns its entry."""
@@ -94,6 +108,7 @@ class Registry:
                          values)
         return self._entry(row)
 
+    @_db_errors
     def set_gate(self, run_id: str, gate: dict[str, Any]) -> None:
         with closing(self._connect()) as conn, conn:
             conn.execute("UPDATE runs SET gate = ? WHERE run_id = ?", (json.dumps(gate), run_id))
@@ -134,6 +149,7 @@ class Registry:
             added += 1
         return added
 
+    @_db_errors
     def _rows(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
         with closing(self._connect()) as conn:
             return conn.execute(sql, args).fetchall()
@@ -162,6 +178,7 @@ class Registry:
 
     # --- baselines -----------------------------------------------------------------------------------
 
+    @_db_errors
     def promote(self, name: str, report: dict[str, Any], artifact: Path) -> str | None:
         """Point baseline ``name`` at this run (recording it if needed); returns the previous run id."""
         if not name.strip():
