@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .aggregate import threshold_failures
-from .diff import compare_cases
+from .diff import case_pairing, compare_cases
 from .errors import EXIT_FAILED, EXIT_NOTHING_MEASURED, EXIT_OK
 from .spec import Thresholds
 
@@ -86,11 +86,15 @@ def _drop(report: dict[str, Any], baseline: dict[str, Any] | None, max_drop: flo
     if max_drop is None:
         return Brake("drop", "skipped", "thresholds.max_drop is not set")
     fails, oks, notes = [], [], []
+    # the same pairing as the cases: shared adapter ids, or one model against one model
+    base_of = {cur: base for base, cur in (case_pairing(baseline, report) or {}).items()}
     for adapter, fig in report["per_adapter"].items():
-        base = baseline["per_adapter"].get(adapter)
+        base = baseline["per_adapter"].get(base_of.get(adapter, adapter))
         if base is None:
             notes.append(f"{adapter}: not in the baseline, not compared")
             continue
+        if base_of.get(adapter, adapter) != adapter:
+            notes.append(f"{adapter}: compared with the baseline's {base_of[adapter]}")
         cur, ref = fig.get("overall"), base.get("overall")
         if cur is None or ref is None:
             side = "this run" if cur is None else "the baseline"
@@ -111,7 +115,7 @@ def _regressions(cases: dict[str, Any] | None, max_regressions: int) -> Brake:
         return Brake("regressions", "skipped", "no baseline to compare with")
     if not cases["measured"]:
         return Brake("regressions", "skipped", cases["note"] or "no case measured in both runs")
-    regressed = [f"{r['adapter']}/{r['case']}" for r in cases["regressed"]]
+    regressed = [f"{r.get('adapter_b', r['adapter'])}/{r['case']}" for r in cases["regressed"]]  # this run's names
     n = len(regressed)
     shown = regressed[:20] + ([f"... and {n - 20} more"] if n > 20 else [])
     summary = (f"{n} case(s) passed in the baseline and fail now (max_regressions {max_regressions}); "

@@ -191,3 +191,20 @@ def test_gate_makes_no_network_call(tmp_path, state):
     assert res.returncode == 1, res.stdout + res.stderr  # it ran to the end: the regression brake fired
     assert brake_status(res.stdout)["regressions"] == "FAIL"
     assert not log.exists(), log.read_text()
+
+
+def test_a_model_swap_is_gated_against_the_baseline_model():
+    """The seed's flow: the baseline ran model X, this run model Y on the same cases."""
+    def rep(run_id, adapter, verdicts, overall):
+        return {"run_id": run_id, "nothing_measured": False,
+                "per_adapter": {adapter: {"overall": overall, "golden_pass_rate": overall, "items": 2, "errors": 0}},
+                "outcomes": [{"adapter": adapter, "prompt_id": c, "trial": 0, "passed": v, "error": None}
+                             for c, v in verdicts.items()]}
+    base = rep("B", "model-x", {"q1": True, "q2": True}, 1.0)
+    cur = rep("C", "model-y", {"q1": False, "q2": True}, 0.5)
+    result = evaluate(cur, Thresholds(max_drop=0.1), base, "main")
+    drop, regressions = result.brakes[1], result.brakes[2]
+    assert drop.status == "fail" and "model-y: overall 0.5000 vs baseline 1.0000" in drop.details[0]
+    assert "model-y: compared with the baseline's model-x" in drop.details
+    assert regressions.status == "fail" and regressions.details == ["model-y/q1"]
+    assert result.exit_code == 1
