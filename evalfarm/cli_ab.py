@@ -1,7 +1,7 @@
 """``evalfarm ab`` (variant and suite modes, ``verify``, ``latest``) and ``evalfarm audit verify``.
 
 Exit codes: 0 ok (whatever the verdict), 1 a verification failed, 2 bad usage or input,
-4 the audit chain could not be appended (and then no artifact is written).
+3 nothing measured (every run errored; the artifact is still emitted), 4 the audit chain could not be appended (and then no artifact is written).
 """
 from __future__ import annotations
 
@@ -240,6 +240,10 @@ def _suite_mode(o: dict[str, Any]) -> None:
     _emit(res.data, o["output"], o["as_json"])
     if not o["as_json"]:
         _print_suite(res)
+    if all(a["not_measured"].get("quality", {}).get("runs_errored") == a["runs"] for a in res.artifact["arms"].values()):
+        click.echo("evalfarm: nothing measured: every run errored (runtime errors, not quality); "
+                   "the artifact records it as incomparable", err=True)
+        sys.exit(3)
 
 
 @ab.command("verify")

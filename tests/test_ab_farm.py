@@ -34,6 +34,14 @@ def test_suite_mode_runs_on_the_redis_farm_and_matches_the_embedded_artifact(tmp
     counts = r.hgetall(counts_key)
     assert int(counts[b"done"]) == 72 and int(counts[b"executed"]) == 72
     assert run_cli("ab", "verify", f".evalfarm/reports/eval_ab/{digest}.json", cwd=farm_dir).returncode == 0
+    # variant mode's echo items run on the worker too
+    ex = EXAMPLES / "ab"
+    variant = ("ab", "--variant-a", str(ex / "variant_a.yaml"), "--variant-b", str(ex / "variant_b.yaml"),
+               "--tasks", str(ex / "tasks.yaml"), "--json")
+    on_farm = run_cli(*variant, broker=redis_server.url, cwd=farm_dir)
+    assert on_farm.returncode == 0, on_farm.stderr
+    assert on_farm.stdout == run_cli(*variant, cwd=local_dir).stdout
+    assert len(r.keys("ef:run:*:counts")) == 2
 
 
 @pytest.fixture
@@ -99,3 +107,16 @@ def test_provider_executor_against_an_openai_compatible_server(tmp_path, mock_pr
     assert art["verdict"]["result"] == "incomparable"
     assert art["arms"]["terse"]["not_measured"]["quality"] == {"reason": "runtime_error", "runs_missing": 1,
                                                                "runs_errored": 1}
+
+
+def test_unreachable_provider_is_nothing_measured_exit_3(tmp_path):
+    res = run_cli("ab", "--suite", SUITE, "--arm-a", "balanced", "--arm-b", "terse", "--executor", "provider",
+                  "--model", "m", "--base-url", f"http://127.0.0.1:{free_port()}/v1", "--price", "1,2", "--json",
+                  cwd=tmp_path, timeout=300)
+    assert res.returncode == 3, res.stderr
+    assert "nothing measured" in res.stderr
+    art = json.loads(res.stdout)
+    assert art["verdict"]["result"] == "incomparable"
+    assert {m["reason"] for m in art["verdict"]["not_measured"]} == {"runtime_error"}
+    rows = (tmp_path / ".evalfarm" / "cost" / "ledger.jsonl").read_text().splitlines()
+    assert len(rows) == 24 and all(json.loads(r)["error"] == "TransportError" for r in rows)
