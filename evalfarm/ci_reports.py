@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import atomic_write
-from .diff import item_passed
+from .diff import case_pairing, item_passed
 from .gate import GateResult
 
 
@@ -117,8 +117,9 @@ def pr_summary(report: dict[str, Any], gate: GateResult | None = None, baseline:
     lines = [title, "", " · ".join(meta), ""]
     base_fig = (baseline or {}).get("per_adapter", {})
     lines += ["| adapter | score | pass rate | errors | vs baseline |", "|---|---:|---:|---:|---:|"]
+    base_of = {cur: b for b, cur in (case_pairing(baseline, report) or {}).items()} if baseline else {}
     for adapter, f in report["per_adapter"].items():
-        ref = base_fig.get(adapter, {}).get("overall")
+        ref = base_fig.get(base_of.get(adapter, adapter), {}).get("overall")
         delta = f"{f['overall'] - ref:+.3f}" if ref is not None and f.get("overall") is not None else "–"
         lines.append(f"| {adapter} | {_num(f.get('overall'))} | {_pct(f.get('pass_rate', f.get('golden_pass_rate')))} | "
                      f"{f.get('errors', 0)}/{f.get('items', 0)} | {delta} |")
