@@ -31,9 +31,8 @@ def _farm_runner(broker: str | None, timeout_s: float | None, quiet: bool):
     from .farm.coordinator import Coordinator
     from .farm.settings import FarmSettings
 
-    coord = Coordinator(FarmSettings.from_env(broker_url=broker))
-
     def run(spec, trials: int) -> tuple[str, list[dict[str, Any]]]:
+        coord = Coordinator(FarmSettings.from_env(broker_url=broker))  # after the inputs validated
         run_id = coord.submit(spec, trials)
         with LiveProgress(enabled=False if quiet else None) as bar:
             raw = coord.wait(run_id, on_progress=bar.update, timeout_s=timeout_s)
