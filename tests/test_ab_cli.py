@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import stat
@@ -188,11 +189,13 @@ def test_tampered_ledger_row_and_chain_entry_are_caught(tmp_path):
 
 
 def _make_readonly(path: Path) -> bool:
+    """chmod 555; as root (which ignores mode bits) also the immutable attribute. False: not possible here."""
     path.chmod(0o555)
-    if shutil.which("chattr") and subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip() == "0":
-        # root ignores mode bits; the immutable attribute makes the directory read-only for root too
-        return subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode == 0
-    return True
+    if os.geteuid() != 0:
+        return True
+    # root ignores mode bits; the immutable attribute makes the directory read-only for root too
+    return bool(shutil.which("chattr")) and subprocess.run(["chattr", "+i", str(path)],
+                                                           capture_output=True).returncode == 0
 
 
 def test_read_only_audit_dir_exits_nonzero_and_leaves_no_artifact(tmp_path):
