@@ -20,7 +20,7 @@ from ..spec import EvalSpec, PromptSpec
 from . import artifact as artifact_mod
 from . import audit, compare, pair_index
 from .executors import ArmExecutor, ArmRun
-from .profiles import CONTROL, PROFILES, Profile, profile
+from .profiles import CONTROL, Profile, profile
 from .tasks import Task, load_suite, load_tasks, load_variant
 
 RunSpec = Callable[[EvalSpec, int], tuple[str, list[dict[str, Any]]]]
