@@ -154,10 +154,10 @@ dir_option = dict(type=click.Path(file_okay=False, path_type=Path))
 @click.option("--role", help="Agent role for spawned arms, recorded in the artifact [default: backend].")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
               help="Max seconds to wait for the arms' items on the farm [default: 1800].")
-@click.option("--ledger", **path_option, help="Spend ledger [synthetic: .evalfarm/ab/ledger.jsonl; "
-                                               "provider: .evalfarm/cost/ledger.jsonl].")
-@click.option("--reports-dir", **dir_option, help="Artifact directory [default: .evalfarm/reports/eval_ab].")
-@click.option("--audit-dir", **dir_option, help="Audit chain directory [default: .evalfarm/audit].")
+@click.option("--ledger", **path_option, help="Spend ledger [synthetic: STATE/ab/ledger.jsonl; provider: "
+                                               "STATE/cost/ledger.jsonl; STATE: EVALFARM_STATE_DIR or .evalfarm].")
+@click.option("--reports-dir", **dir_option, help="Artifact directory [default: STATE/reports/eval_ab].")
+@click.option("--audit-dir", **dir_option, help="Audit chain directory [default: STATE/audit].")
 @click.option("--base-url", help="Provider executor: OpenAI-compatible base URL (or EVAL_BASE_URL).")
 @click.option("--api-key-env", help="Provider executor: NAME of the env variable holding the key "
                                     "[default: EVAL_API_KEY].")
@@ -221,7 +221,7 @@ def _variant_mode(o: dict[str, Any]) -> None:
 
 def _suite_mode(o: dict[str, Any]) -> None:
     from .ab.executors import executor_for
-    from .ab.harness import DEFAULT_AUDIT, DEFAULT_REPORTS, plan_arms, run_suite
+    from .ab.harness import plan_arms, run_suite
     from .ab.tasks import load_suite
 
     arms = int(o["arms"] or 2)
@@ -234,7 +234,7 @@ def _suite_mode(o: dict[str, Any]) -> None:
         raise UsageError(f"--output {o['output']}: is a directory; give a file path")
     res = run_suite(suite_path=o["suite"], arm_a=o["arm_a"], arm_b=o["arm_b"], arms=arms, trials=o["trials"] or 1,
                     executor=executor, role=o["role"] or "backend", ledger=o["ledger"],
-                    reports_dir=o["reports_dir"] or DEFAULT_REPORTS, audit_dir=o["audit_dir"] or DEFAULT_AUDIT,
+                    reports_dir=o["reports_dir"], audit_dir=o["audit_dir"],
                     run_spec=_farm_runner(o["broker"], o["timeout_s"] or 1800.0, o["as_json"]))
     _emit(res.data, o["output"], o["as_json"])
     if not o["as_json"]:
@@ -249,9 +249,9 @@ def _suite_mode(o: dict[str, Any]) -> None:
 @click.argument("artifact", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--ledger", **path_option, help="The ledger the artifact's rows live in "
                                                "[default: by executor, as when it was made].")
-@click.option("--audit-dir", **dir_option, default=Path(".evalfarm/audit"), show_default=True)
+@click.option("--audit-dir", **dir_option, help="[default: STATE/audit; STATE: EVALFARM_STATE_DIR or .evalfarm]")
 @click.option("--json", "as_json", is_flag=True)
-def ab_verify(artifact: Path, ledger: Path | None, audit_dir: Path, as_json: bool) -> None:
+def ab_verify(artifact: Path, ledger: Path | None, audit_dir: Path | None, as_json: bool) -> None:
     """Recompute every aggregate from the referenced ledger rows; check the hash and the audit event."""
     from .ab.harness import verify
 
@@ -269,12 +269,14 @@ def ab_verify(artifact: Path, ledger: Path | None, audit_dir: Path, as_json: boo
 @ab.command("latest")
 @click.argument("profile_a")
 @click.argument("profile_b")
-@click.option("--reports-dir", **dir_option, default=Path(".evalfarm/reports/eval_ab"), show_default=True)
+@click.option("--reports-dir", **dir_option, help="[default: STATE/reports/eval_ab]")
 @click.option("--suite", "suite_name", help="Only comparisons of this suite (by name).")
-def ab_latest(profile_a: str, profile_b: str, reports_dir: Path, suite_name: str | None) -> None:
+def ab_latest(profile_a: str, profile_b: str, reports_dir: Path | None, suite_name: str | None) -> None:
     """The latest comparison of a profile pair (either order), from the pair index."""
+    from .ab import paths
     from .ab.pair_index import latest
 
+    reports_dir = reports_dir or paths.reports_dir()
     entry = latest(reports_dir, profile_a, profile_b, suite_name)
     if entry is None:
         click.echo(f"no comparison of {profile_a} and {profile_b} in {reports_dir}", err=True)
@@ -288,11 +290,13 @@ def audit() -> None:
 
 
 @audit.command("verify")
-@click.option("--audit-dir", **dir_option, default=Path(".evalfarm/audit"), show_default=True)
-def audit_verify(audit_dir: Path) -> None:
+@click.option("--audit-dir", **dir_option, help="[default: STATE/audit; STATE: EVALFARM_STATE_DIR or .evalfarm]")
+def audit_verify(audit_dir: Path | None) -> None:
     """Check every entry's HMAC and link; name the first broken entry (exit 1)."""
     from .ab import audit as chain
+    from .ab import paths
 
+    audit_dir = audit_dir or paths.audit_dir()
     try:
         good, broken = chain.verify(audit_dir)
     except chain.AuditError as exc:

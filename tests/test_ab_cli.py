@@ -246,3 +246,15 @@ def test_unwritable_reports_dir_fails_before_the_audit_append(tmp_path):
     finally:
         subprocess.run(["chattr", "-i", str(reports)], capture_output=True)
         reports.chmod(0o755)
+
+
+def test_defaults_follow_evalfarm_state_dir(tmp_path):
+    state = tmp_path / "state"
+    res = suite_run(tmp_path, arms=("--arm-a", "balanced", "--arm-b", "terse"), EVALFARM_STATE_DIR=str(state))
+    assert res.returncode == 0, res.stderr
+    [path] = artifacts(state / "reports" / "eval_ab")
+    assert (state / "ab" / "ledger.jsonl").is_file() and (state / "audit" / "chain.jsonl").is_file()
+    assert not (tmp_path / ".evalfarm").exists()
+    assert run_cli("ab", "verify", str(path), cwd=tmp_path, EVALFARM_STATE_DIR=str(state)).returncode == 0
+    assert run_cli("audit", "verify", cwd=tmp_path, EVALFARM_STATE_DIR=str(state)).returncode == 0
+    assert run_cli("ab", "latest", "balanced", "terse", cwd=tmp_path, EVALFARM_STATE_DIR=str(state)).returncode == 0

@@ -31,10 +31,9 @@ from ..adapters import Completion, register_adapter
 from ..errors import UsageError
 from ..spec import PromptSpec
 from . import ledger as ledger_mod
+from . import paths
 from .profiles import by_addendum
 
-SYNTHETIC_LEDGER = Path(".evalfarm/ab/ledger.jsonl")
-PRODUCTION_LEDGER = Path(".evalfarm/cost/ledger.jsonl")
 
 # USD per million tokens, fixed and recorded in every synthetic artifact.
 SYNTHETIC_PRICE = {"input_per_mtok": 3.0, "output_per_mtok": 15.0}
@@ -185,12 +184,12 @@ class SyntheticExecutor(_RowWriter):
                 "price_usd_per_mtok": SYNTHETIC_PRICE, "style": {k: list(v) for k, v in SYNTHETIC_STYLE.items()}}
 
     def default_ledger(self) -> Path:
-        return SYNTHETIC_LEDGER
+        return paths.synthetic_ledger()
 
     def anchor(self, runs: list[ArmRun], ledger: Path, plan_id: str) -> list[tuple[str, dict[str, Any]]]:
-        if ledger.resolve() == PRODUCTION_LEDGER.resolve():
+        if ledger.resolve() == paths.production_ledger().resolve():
             raise UsageError(f"--ledger {ledger}: synthetic figures never go to the production spend ledger; "
-                             f"use the default {SYNTHETIC_LEDGER} or another file")
+                             f"use the default {paths.synthetic_ledger()} or another file")
         return super().anchor(runs, ledger, plan_id)
 
 

@@ -18,14 +18,12 @@ from ..canonical import content_key, sha256_hex
 from ..errors import SpecError, UsageError
 from ..spec import EvalSpec, PromptSpec
 from . import artifact as artifact_mod
-from . import audit, compare, pair_index
+from . import audit, compare, pair_index, paths
 from .executors import ArmExecutor, ArmRun
 from .profiles import CONTROL, Profile, profile
 from .tasks import Task, load_suite, load_tasks, load_variant
 
 RunSpec = Callable[[EvalSpec, int], tuple[str, list[dict[str, Any]]]]
-DEFAULT_REPORTS = Path(".evalfarm/reports/eval_ab")
-DEFAULT_AUDIT = Path(".evalfarm/audit")
 
 
 def inprocess(spec: EvalSpec, trials: int) -> tuple[str, list[dict[str, Any]]]:
@@ -93,9 +91,11 @@ class SuiteResult:
 
 def run_suite(*, suite_path: Path, arm_a: str, arm_b: str, arms: int = 2, trials: int = 1,
               executor: ArmExecutor, role: str = "backend", ledger: Path | None = None,
-              reports_dir: Path = DEFAULT_REPORTS, audit_dir: Path = DEFAULT_AUDIT,
+              reports_dir: Path | None = None, audit_dir: Path | None = None,
               run_spec: RunSpec = inprocess, before_emit: Callable[[bytes], None] | None = None) -> SuiteResult:
     suite = load_suite(suite_path)
+    reports_dir = Path(reports_dir) if reports_dir else paths.reports_dir()
+    audit_dir = Path(audit_dir) if audit_dir else paths.audit_dir()
     suite_arms, pairs = plan_arms(arm_a, arm_b, arms)
     ledger = Path(ledger) if ledger else executor.default_ledger()
     header: dict[str, Any] = {
@@ -179,9 +179,8 @@ class Verification:
     checks: list[tuple[str, bool, str]]  # (what, ok, detail)
 
 
-def verify(artifact_path: Path, ledger: Path | None = None, audit_dir: Path = DEFAULT_AUDIT) -> Verification:
+def verify(artifact_path: Path, ledger: Path | None = None, audit_dir: Path | None = None) -> Verification:
     from . import ledger as ledger_mod
-    from .executors import PRODUCTION_LEDGER, SYNTHETIC_LEDGER
 
     raw, art = artifact_mod.load(artifact_path)
     checks: list[tuple[str, bool, str]] = []
@@ -192,7 +191,9 @@ def verify(artifact_path: Path, ledger: Path | None = None, audit_dir: Path = DE
     canonical = artifact_mod.to_bytes(art) == raw
     checks.append(("canonical bytes", canonical, "" if canonical else "not canonical JSON (edited by hand?)"))
     if ledger is None:
-        ledger = SYNTHETIC_LEDGER if art.get("executor", {}).get("kind") == "synthetic" else PRODUCTION_LEDGER
+        ledger = paths.synthetic_ledger() if art.get("executor", {}).get("kind") == "synthetic" \
+            else paths.production_ledger()
+    audit_dir = Path(audit_dir) if audit_dir else paths.audit_dir()
     index = ledger_mod.load(ledger)
     problems, _ = artifact_mod.verify_rows(art, index)
     n_rows = sum(len(a["ledger_rows"]) for a in art["arms"].values())

@@ -15,7 +15,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import UsageError
-from .executors import PRODUCTION_LEDGER, _RowWriter
+from . import paths
+from .executors import _RowWriter
 
 ADAPTER_ID = "ab-provider"
 
@@ -70,4 +71,4 @@ class ProviderExecutor(_RowWriter):
                                        if self.price else None)}
 
     def default_ledger(self) -> Path:
-        return PRODUCTION_LEDGER
+        return paths.production_ledger()
