@@ -17,7 +17,7 @@ import pytest
 import redis
 import yaml
 
-from conftest import EVALFARM, EXAMPLES, ROOT, env_for, free_port, run_cli
+from conftest import EVALFARM, EXAMPLES, ROOT, env_for, free_port
 
 DEPLOY = ROOT / "deploy"
 
