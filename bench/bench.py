@@ -161,17 +161,66 @@ def foundation(redis: Redis, tmp: Path, n: int, env: dict[str, str]) -> list[dic
     return rows
 
 
+def start_provider(latency_ms: int, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "evalfarm.cli", "mock-provider", "--port", str(port),
+                             "--latency-ms", str(latency_ms)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    wait_port(port)
+    return proc, f"http://127.0.0.1:{port}/v1"
+
+
+def provider_spec(tmp: Path, n: int, base_url: str):
+    from evalfarm import load_spec
+    with open(tmp / "cases.jsonl", "w") as fh:
+        for i in range(n):
+            fh.write(json.dumps({"id": f"c{i:05d}", "text": f"case {i} says hello", "expected_output_contains": ["hello"]}) + "\n")
+    (tmp / "prov.yaml").write_text(f"name: prov\ndataset: cases.jsonl\nadapters:\n"
+                                   f"  - {{id: m, model: m, base_url: '{base_url}'}}\n")
+    return load_spec(tmp / "prov.yaml")
+
+
+def providers(redis: Redis, tmp: Path, n: int, env: dict[str, str], in_flight: int = 64) -> list[dict]:
+    print(f"\n== providers: {n:,} items against mock-provider, {in_flight} in flight, Redis + 1 worker ==", flush=True)
+    rows = []
+    for latency in (0, 200):
+        prov, url = start_provider(latency, env)
+        redis.flush()
+        worker = start_worker([sys.executable, "-m", "evalfarm.cli", "worker", "-c", "8", "--loglevel", "INFO"],
+                              dict(env, EVALFARM_BROKER_URL=redis.url, EVALFARM_MAX_IN_FLIGHT=str(in_flight)))
+        try:
+            t, items = farm_run(provider_spec(tmp, n, url), redis.url)
+        finally:
+            stop_worker(worker)
+            stop_worker(prov)
+        r = row(f"mock-provider at {latency} ms", items, t)
+        if latency:
+            ideal = in_flight / (latency / 1000)
+            r["ideal_items_per_s"] = ideal
+            r["fraction_of_ideal"] = round(r["items_per_s"] / ideal, 3)
+            print(f"  {'':<44} ideal {ideal:,.0f} items/s -> {r['fraction_of_ideal'] * 100:.1f}% of ideal", flush=True)
+        rows.append(r)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--items", type=int, default=10_000)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--only", choices=["foundation", "providers"], action="append",
+                        help="run only these sections (default: all)")
     args = parser.parse_args()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         redis = Redis(tmp)
         try:
-            results = {"foundation": foundation(redis, tmp, args.items, env)}
+            sections = args.only or ["foundation", "providers"]
+            results = {}
+            if "foundation" in sections:
+                results["foundation"] = foundation(redis, tmp, args.items, env)
+            if "providers" in sections:
+                results["providers"] = providers(redis, tmp, 2000, env)
         finally:
             redis.stop()
     print(f"\ncoordinator (this process) peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")

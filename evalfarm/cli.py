@@ -74,11 +74,15 @@ state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False, 
 @click.option("--batch-size", type=click.IntRange(1, 10000), help="Items per task (default: by run size).")
 @click.option("--timeout", "timeout_s", type=float, help="Give up waiting after this many seconds.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
+@click.option("--detach", is_flag=True, help="Print the run id and return; 'evalfarm wait RUN' attaches later.")
+@click.option("--cache", "use_cache", is_flag=True,
+              help="Reuse provider responses for identical requests (same model, messages, params, trial).")
 @ci_run_options
 def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, base_url: str | None,
         judge_model: str | None, judge_base_url: str | None, tags: tuple[str, ...], cases: tuple[str, ...],
         concurrency: int | None, output: Path | None, no_save: bool, state_dir: Path, trials: int | None,
-        broker: str | None, batch_size: int | None, timeout_s: float | None, as_json: bool, **ci) -> None:
+        broker: str | None, batch_size: int | None, timeout_s: float | None, as_json: bool, detach: bool,
+        use_cache: bool, **ci) -> None:
     """Validate SPEC (or --dataset cases with --model), run every item on the farm, aggregate,
     apply thresholds."""
     from .artifacts import atomic_write, save_report
@@ -110,7 +114,13 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
         overrides["max_in_flight"] = concurrency
     settings = FarmSettings.from_env(broker_url=broker, **overrides)
     coord = Coordinator(settings)
-    run_id = coord.submit(spec, trials)
+    if detach and settings.embedded:
+        raise EvalfarmError("--detach needs a farm to run on: pass --broker redis://... (an embedded run "
+                            "lives in this process)")
+    run_id = coord.submit(spec, trials, options={"cache": use_cache, "state_dir": str(state_dir.resolve())})
+    if detach:
+        click.echo(run_id)
+        return
     with LiveProgress(enabled=None if not as_json else False) as bar:
         raw = coord.wait(run_id, on_progress=bar.update, timeout_s=timeout_s)
     report = json.loads(raw)
@@ -207,6 +217,10 @@ main.add_command(baseline)
 
 
 from .cli_providers import mock_provider, rubric, selftest  # noqa: E402
+from .cli_farm import cancel, resume, status, wait  # noqa: E402
+
+for _command in (status, wait, cancel, resume):
+    main.add_command(_command)
 
 main.add_command(mock_provider)
 main.add_command(rubric)

@@ -14,6 +14,14 @@ JUDGE_BATCH = "evalfarm.judge_batch"
 AGGREGATE = "evalfarm.aggregate"
 
 
+def transport_options(visibility_timeout: int) -> dict:
+    """Redis transport: redeliver unacked tasks after ``visibility_timeout``, and sweep for them
+    often enough (kombu's default sweep runs every ~100 s) that a dead worker's work moves on."""
+    return {"visibility_timeout": visibility_timeout,
+            "unacked_restore_interval": max(1, min(10, visibility_timeout // 5)),
+            "unacked_restore_throttle": 1}
+
+
 def create_app(settings: FarmSettings, pool: Pool | None = None) -> Celery:
     """One app per settings; tasks are registered by name so any process can route them."""
     app = Celery("evalfarm", set_as_current=False)
@@ -27,14 +35,16 @@ def create_app(settings: FarmSettings, pool: Pool | None = None) -> Celery:
         task_routes={RUN_BATCH: {"queue": "provider"}, JUDGE_BATCH: {"queue": "judge"},
                      AGGREGATE: {"queue": "aggregate"}},
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout},
+        broker_transport_options=transport_options(settings.visibility_timeout),
+        task_acks_on_failure_or_timeout=True,
         worker_hijack_root_logger=False, worker_send_task_events=False,
     )
     if pool is not None:
         conf.update(worker_prefetch_multiplier=pool.prefetch_multiplier, task_soft_time_limit=pool.soft_time_limit,
                     task_time_limit=pool.time_limit,
-                    broker_transport_options={"visibility_timeout": settings.visibility_timeout
-                                              if settings.visibility_explicit else pool.visibility_timeout})
+                    broker_transport_options=transport_options(settings.visibility_timeout
+                                                               if settings.visibility_explicit
+                                                               else pool.visibility_timeout))
     if settings.embedded:
         conf.update(broker_url="memory://", task_always_eager=True, task_eager_propagates=True)
     else:

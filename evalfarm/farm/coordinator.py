@@ -1,24 +1,27 @@
-"""The coordinator: plan a spec into the store, dispatch batches, watch counters.
+"""The coordinator: plan a spec into the store, dispatch batches, watch counters, resume.
 
 It never waits on Celery results (a big chord's result pub/sub costs O(N^2)
-client CPU, see DESIGN.md); it polls the store's counters and reads the report
-the aggregate task stored. Items stream from the plan to the store, so the
-coordinator holds one chunk at a time, not the whole plan.
+client CPU, see DESIGN.md): it polls the store's counters and reads the report
+the aggregate task stored. The plan is written to the store in chunks before
+any batch is sent, so a coordinator that dies can be replaced: ``resume``
+re-plans if needed and dispatches only what is neither done, nor waiting for
+the judge, nor still in the broker.
 """
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import FarmError
 from ..plan import iter_items
 from ..runner import make_adapters, make_judge, new_run_id, spec_hash, utc_now
-from ..spec import EvalSpec
-from .app import AGGREGATE, RUN_BATCH, create_app
+from ..spec import EvalSpec, PromptSpec
+from .app import AGGREGATE, JUDGE_BATCH, RUN_BATCH, create_app
 from .settings import FarmSettings, pick_batch_size
 from .store import batched
 from .tasks import store_for
@@ -34,9 +37,15 @@ class Progress:
     per_adapter: dict[str, tuple[int, int]]  # adapter -> (done, errors)
     elapsed_s: float
     state: str
+    pending_judge: int = 0
+    executed: int = 0
 
 
 ProgressFn = Callable[[Progress], None]
+
+
+class RunCancelled(FarmError):
+    exit_code = 1
 
 
 class Coordinator:
@@ -52,46 +61,58 @@ class Coordinator:
             except Exception as exc:
                 from ..redact import redact
                 raise FarmError(f"cannot reach the run store at {redact(settings.effective_store_url or '')}: "
-                                f"{redact(str(exc)).rstrip('.')}; is Redis running? (--broker / EVALFARM_BROKER_URL)") from None
+                                f"{redact(str(exc)).rstrip('.')}; is Redis running? "
+                                "(--broker / EVALFARM_BROKER_URL)") from None
 
     @property
     def mode(self) -> str:
         return "embedded" if self.settings.embedded else "redis"
 
     # -- submit ---------------------------------------------------------------------------
-    def submit(self, spec: EvalSpec, trials: int | None = None, run_id: str | None = None) -> str:
-        """Validate adapters and judge here (bad input stops before queueing), store, dispatch."""
+    def submit(self, spec: EvalSpec, trials: int | None = None, run_id: str | None = None,
+               options: dict[str, Any] | None = None) -> str:
+        """Validate adapters and judge here (bad input stops before queueing), plan, dispatch."""
         prompts = spec.resolved_prompts()
-        adapters = make_adapters(spec)
-        judge = make_judge(spec)
+        make_adapters(spec)
+        make_judge(spec)
         n_trials = trials or spec.trials
         total = len(prompts) * len(spec.adapter_ids) * n_trials
         run_id = run_id or new_run_id()
-        batch_size = pick_batch_size(total, self.settings.batch_size)
-        meta = {"run_id": run_id, "spec": spec.model_dump(mode="json"), "spec_hash": spec_hash(spec, prompts),
-                "trials": n_trials, "total": total, "mode": self.mode, "started_at": utc_now(),
-                "state": "running", "batch_size": batch_size, "adapters": spec.adapter_ids}
+        meta = {"run_id": run_id, "spec": spec.model_dump(mode="json", by_alias=True),
+                "spec_hash": spec_hash(spec, prompts), "trials": n_trials, "total": total, "mode": self.mode,
+                "started_at": utc_now(), "state": "planning", "planned": False,
+                "batch_size": pick_batch_size(total, self.settings.batch_size), "adapters": spec.adapter_ids,
+                "options": options or {}}
         self.store.create_run(run_id, meta)
-        items = iter_items(spec, prompts, {a: ad.config() for a, ad in adapters.items()},
-                           judge.config() if judge else None, n_trials)
-
-        def batches():
-            for chunk in batched(items, max(batch_size, 1000 // batch_size * batch_size)):
-                self.store.add_items(run_id, [(i.key, i.to_json()) for i in chunk])
-                for batch in batched((i.key for i in chunk), batch_size):
-                    yield batch
-
-        self._dispatch(run_id, batches())
+        self.store.put_blob(run_id, "prompts", json.dumps([p.model_dump(mode="json", by_alias=True)
+                                                           for p in prompts]).encode())
+        self._plan(run_id, spec, prompts, n_trials)
+        self._dispatch(run_id, self._batches(self.store.iter_item_keys(run_id), meta["batch_size"]))
         return run_id
 
-    def _dispatch(self, run_id: str, batches) -> None:
+    def _plan(self, run_id: str, spec: EvalSpec, prompts: list[PromptSpec], trials: int) -> None:
+        adapters = make_adapters(spec)
+        judge = make_judge(spec)
+        items = iter_items(spec, prompts, {a: ad.config() for a, ad in adapters.items()},
+                           judge.config() if judge else None, trials)
+        for chunk in batched(items, 1000):
+            self.store.add_items(run_id, [(i.key, i.to_json()) for i in chunk])
+        self.store.update_meta(run_id, planned=True, state="dispatching")
+
+    @staticmethod
+    def _batches(keys: Iterable[str], size: int) -> Iterator[list[str]]:
+        return batched(keys, size)
+
+    def _dispatch(self, run_id: str, batches: Iterable[list[str]], then_state: str = "running") -> None:
         task = self.app.tasks[RUN_BATCH]
         if self.settings.embedded:
             # eager tasks run inline: a small pool keeps several batches in flight
             def drive() -> None:
                 try:
                     with ThreadPoolExecutor(max_workers=4, thread_name_prefix="evalfarm-embedded") as pool:
-                        for fut in [pool.submit(task.apply, args=[run_id, keys]) for keys in batches]:
+                        futures = [pool.submit(task.apply, args=[run_id, keys]) for keys in batches]
+                        self.store.update_meta(run_id, state=then_state)
+                        for fut in futures:
                             fut.result().get(disable_sync_subtasks=False)
                 except BaseException as exc:  # surfaced by wait()
                     self._dispatch_error = exc
@@ -99,43 +120,124 @@ class Coordinator:
             self._dispatcher = threading.Thread(target=drive, name="evalfarm-dispatch", daemon=True)
             self._dispatcher.start()
             return
+        # fault injection for the crash tests: slow dispatch down so a coordinator can die mid-way
+        delay = float(os.environ.get("EVALFARM_FAILPOINT_DISPATCH_DELAY_S", "0") or 0)
         with self.app.producer_or_acquire() as producer:
             for keys in batches:
                 task.apply_async(args=[run_id, keys], producer=producer, queue="provider")
+                if delay:
+                    time.sleep(delay)
+        self.store.update_meta(run_id, state=then_state)
 
     # -- watch ----------------------------------------------------------------------------
-    def progress(self, run_id: str, started: float | None = None) -> Progress:
+    def meta(self, run_id: str) -> dict[str, Any]:
         meta = self.store.get_meta(run_id)
         if meta is None:
-            raise FarmError(f"run {run_id!r} not found in the run store")
+            raise FarmError(f"run {run_id!r} not found in the run store; 'evalfarm status' lists the runs it has")
+        return meta
+
+    def progress(self, run_id: str, started: float | None = None) -> Progress:
+        meta = self.meta(run_id)
         c = self.store.counters(run_id)
         per = {a: (c.get(f"done:{a}", 0), c.get(f"errors:{a}", 0)) for a in meta.get("adapters", [])}
         return Progress(run_id=run_id, total=meta["total"], done=c.get("done", 0), errors=c.get("errors", 0),
                         cost_usd=c.get("cost_nusd", 0) / 1e9, per_adapter=per,
-                        elapsed_s=time.monotonic() - started if started else 0.0, state=meta.get("state", "?"))
+                        elapsed_s=time.monotonic() - started if started else 0.0, state=meta.get("state", "?"),
+                        pending_judge=len(self.store.pending_keys(run_id)), executed=c.get("executed", 0))
 
     def wait(self, run_id: str, on_progress: ProgressFn | None = None, poll_s: float = 0.1,
-             timeout_s: float | None = None) -> bytes:
-        """Poll counters until the report exists; returns its bytes."""
+             timeout_s: float | None = None, stall_s: float = 10.0) -> bytes:
+        """Poll counters until the report exists; returns its bytes.
+
+        If every item is done but no report appears for ``stall_s`` (the aggregate message
+        was lost, e.g. in a broker restart), the aggregate is sent again: it is idempotent.
+        """
         started = time.monotonic()
+        complete_since: float | None = None
         while True:
             if self._dispatch_error is not None:
                 raise self._dispatch_error
             raw = self.store.get_report(run_id)
-            if on_progress is not None:
-                on_progress(self.progress(run_id, started))
             if raw is not None:
+                if on_progress is not None:
+                    on_progress(self.progress(run_id, started))
                 return raw
+            p = self.progress(run_id, started)
+            if on_progress is not None:
+                on_progress(p)
+            if p.state == "cancelled":
+                raise RunCancelled(f"run {run_id} was cancelled at {p.done}/{p.total} items; "
+                                   f"'evalfarm resume {run_id}' continues it")
+            if p.done >= p.total:
+                complete_since = complete_since or time.monotonic()
+                if time.monotonic() - complete_since > stall_s and not self.settings.embedded:
+                    self.kick_aggregate(run_id)
+                    complete_since = time.monotonic()
             if timeout_s is not None and time.monotonic() - started > timeout_s:
                 raise FarmError(f"run {run_id} not finished after {timeout_s:.0f} s; "
                                 f"'evalfarm status {run_id}' shows where it stands")
             time.sleep(poll_s)
 
     def run(self, spec: EvalSpec, trials: int | None = None, on_progress: ProgressFn | None = None,
-            timeout_s: float | None = None) -> tuple[str, bytes]:
-        run_id = self.submit(spec, trials)
+            timeout_s: float | None = None, options: dict[str, Any] | None = None) -> tuple[str, bytes]:
+        run_id = self.submit(spec, trials, options=options)
         return run_id, self.wait(run_id, on_progress, timeout_s=timeout_s)
 
     def report(self, run_id: str) -> dict[str, Any] | None:
         raw = self.store.get_report(run_id)
         return json.loads(raw) if raw else None
+
+    # -- recovery and control -------------------------------------------------------------
+    def kick_aggregate(self, run_id: str) -> None:
+        self.store.release(run_id, "aggregate")
+        if self.store.claim(run_id, "aggregate"):
+            self.app.tasks[AGGREGATE].apply_async(args=[run_id], queue="aggregate")
+
+    def in_broker(self, run_id: str) -> set[str]:
+        from .broker_scan import keys_in_broker
+        r = getattr(self.store, "r", None)
+        return keys_in_broker(r, run_id)[0] if r is not None else set()
+
+    def resume(self, run_id: str) -> dict[str, int]:
+        """Dispatch only what is missing; returns what was done."""
+        if self.settings.embedded:
+            raise FarmError("resume needs the farm's Redis (--broker / EVALFARM_BROKER_URL): "
+                            "an embedded run lives and dies with its process")
+        meta = self.meta(run_id)
+        if self.store.get_report(run_id) is not None:
+            return {"dispatched": 0, "judge": 0, "replanned": 0}
+        replanned = 0
+        if not meta.get("planned"):
+            spec = EvalSpec.model_validate(meta["spec"])
+            blob = self.store.get_blob(run_id, "prompts")
+            prompts = [PromptSpec.model_validate(p) for p in json.loads(blob)] if blob else spec.resolved_prompts()
+            self._plan(run_id, spec, prompts, meta["trials"])
+            replanned = 1
+        self.store.update_meta(run_id, state="running", resumed=int(meta.get("resumed", 0)) + 1)
+        keys = list(self.store.iter_item_keys(run_id))
+        done = self.store.done_keys(run_id, keys)
+        pending = set(self.store.pending_keys(run_id))
+        queued = self.in_broker(run_id)
+        missing = [k for k in keys if k not in done and k not in pending and k not in queued]
+        judge_missing = sorted(k for k in pending if k not in done and k not in queued)
+        self._dispatch(run_id, self._batches(missing, meta["batch_size"]))
+        if judge_missing:
+            for chunk in batched(judge_missing, meta["batch_size"]):
+                self.app.tasks[JUDGE_BATCH].apply_async(args=[run_id, chunk], queue="judge")
+        if not missing and not judge_missing and len(done) >= meta["total"]:
+            self.kick_aggregate(run_id)
+        return {"dispatched": len(missing), "judge": len(judge_missing), "replanned": replanned,
+                "already_done": len(done), "in_broker": len(queued)}
+
+    def cancel(self, run_id: str) -> None:
+        self.meta(run_id)
+        self.store.update_meta(run_id, state="cancelled")
+
+    def runs(self, limit: int = 20) -> list[dict[str, Any]]:
+        out = []
+        for run_id in self.store.runs()[:limit]:
+            meta = self.store.get_meta(run_id) or {}
+            c = self.store.counters(run_id)
+            out.append({"run_id": run_id, "spec": meta.get("spec", {}).get("name"), "state": meta.get("state"),
+                        "done": c.get("done", 0), "total": meta.get("total"), "started_at": meta.get("started_at")})
+        return out

@@ -48,7 +48,7 @@ class FarmSettings:
 
 def pick_batch_size(total: int, configured: int | None) -> int:
     """Big enough to amortise a task round trip (~2.7 ms here), small enough to spread work:
-    aim for >= 64 tasks, never more than 100 items in one."""
+    aim for >= 16 tasks, never more than 100 items in one."""
     if configured:
         return max(1, configured)
-    return max(1, min(100, -(-total // 64)))
+    return max(1, min(100, -(-total // 16)))

@@ -85,6 +85,12 @@ class RunStore(ABC):
     @abstractmethod
     def runs(self) -> list[str]: ...
 
+    @abstractmethod
+    def put_blob(self, run_id: str, name: str, data: bytes) -> None: ...
+
+    @abstractmethod
+    def get_blob(self, run_id: str, name: str) -> bytes | None: ...
+
     def missing_keys(self, run_id: str) -> list[str]:
         keys = list(self.iter_item_keys(run_id))
         done = self.done_keys(run_id, keys)
@@ -193,6 +199,12 @@ class MemoryStore(RunStore):
     def runs(self) -> list[str]:
         return sorted(self._meta, reverse=True)
 
+    def put_blob(self, run_id: str, name: str, data: bytes) -> None:
+        self._reports[f"{run_id}:{name}"] = data
+
+    def get_blob(self, run_id: str, name: str) -> bytes | None:
+        return self._reports.get(f"{run_id}:{name}")
+
 
 _RECORD_LUA = """
 -- KEYS: results, rmeta, counts, pending ; ARGV: triples of (key, json, adapter|err|cost)
@@ -234,9 +246,17 @@ class RedisStore(RunStore):
 
         from .redis_tls import split_tls
 
+        from redis.backoff import ExponentialBackoff
+        from redis.retry import Retry
+
         self.url = url
         plain, tls = split_tls(url)  # rediss://: the same TLS options as the broker
-        self.r = redis.Redis.from_url(plain, **{**tls, **kwargs})
+        # ride out a Redis restart (~30 s of retries) instead of failing the task or the coordinator
+        retry = Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=20,
+                      supported_errors=(redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                                        redis.exceptions.BusyLoadingError))
+        self.r = redis.Redis.from_url(plain, **{"retry": retry, "health_check_interval": 10,
+                                                "socket_connect_timeout": 5, **tls, **kwargs})
         self._record = self.r.register_script(_RECORD_LUA)
 
     def ping(self) -> None:
@@ -337,6 +357,12 @@ class RedisStore(RunStore):
 
     def runs(self) -> list[str]:
         return [r.decode() for r in self.r.zrevrange(RUNS_INDEX, 0, -1)]
+
+    def put_blob(self, run_id: str, name: str, data: bytes) -> None:
+        self.r.set(_k(run_id, f"blob:{name}"), data)
+
+    def get_blob(self, run_id: str, name: str) -> bytes | None:
+        return self.r.get(_k(run_id, f"blob:{name}"))
 
 
 def batched(iterable: Iterable[Any], size: int) -> Iterator[list[Any]]:

@@ -1,0 +1,153 @@
+"""CLI commands that talk to a running farm: status, wait, cancel, resume."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .errors import EvalfarmError
+
+broker_option = click.option("--broker", envvar="EVALFARM_BROKER_URL", metavar="URL",
+                             help="The farm's Redis (or EVALFARM_BROKER_URL).")
+state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
+                                default=Path(".evalfarm"), show_default=True, envvar="EVALFARM_STATE_DIR")
+
+
+def coordinator(broker: str | None):
+    from .farm.coordinator import Coordinator
+    from .farm.settings import FarmSettings
+
+    if not broker:
+        raise EvalfarmError("this command needs the farm's Redis: pass --broker redis://HOST:6379/0 "
+                            "or set EVALFARM_BROKER_URL")
+    return Coordinator(FarmSettings.from_env(broker_url=broker))
+
+
+def finish(report_raw: bytes, state_dir: Path, no_save: bool, as_json: bool, output: Path | None) -> int:
+    """Persist and print a finished run's report like `run` does; returns the exit code."""
+    from .artifacts import atomic_write, list_runs, save_report
+    from .cli_ci import finish_run
+    from .console import print_summary
+
+    report = json.loads(report_raw)
+    paths: list[str] = []
+    json_path = None
+    if output is not None:
+        atomic_write(output, report_raw)
+        paths.append(str(output))
+    if not no_save:
+        existing = [p for p in list_runs(state_dir) if p.stem == report["run_id"]]
+        if existing:  # already saved by an earlier wait
+            json_path = existing[0]
+            paths.append(str(json_path))
+        else:
+            json_path, md_path = save_report(report, state_dir, raw=report_raw)
+            paths += [str(json_path), str(md_path)]
+    if as_json:
+        sys.stdout.write(report_raw.decode("utf-8"))
+    else:
+        print_summary(report, paths)
+    return finish_run(report, report_raw, json_path, state_dir, None, {"as_json": as_json})
+
+
+@click.command()
+@click.argument("run_id", required=False)
+@broker_option
+@click.option("--json", "as_json", is_flag=True)
+def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
+    """Where a run stands (done, errors, judge backlog, duplicates, spend), or the recent runs."""
+    coord = coordinator(broker)
+    if run_id is None:
+        runs = coord.runs()
+        if as_json:
+            click.echo(json.dumps(runs, indent=2))
+        for r in runs if not as_json else []:
+            click.echo(f"{r['run_id']}\t{r['state']}\t{r['done']}/{r['total']}\t{r['spec']}\t{r['started_at']}")
+        return
+    meta = coord.meta(run_id)
+    p = coord.progress(run_id)
+    queued = coord.in_broker(run_id)
+    info = {"run_id": run_id, "spec": meta["spec"]["name"], "state": meta.get("state"), "total": p.total,
+            "done": p.done, "errors": p.errors, "pending_judge": p.pending_judge,
+            "in_broker": len(queued), "missing": p.total - p.done - p.pending_judge - len(queued),
+            "executed": p.executed, "duplicate_executions": max(0, p.executed - p.done),
+            "cost_usd": round(p.cost_usd, 6), "per_adapter": {a: {"done": d, "errors": e}
+                                                                for a, (d, e) in p.per_adapter.items()},
+            "started_at": meta.get("started_at"), "finished_at": meta.get("finished_at"),
+            "report_ready": coord.store.get_report(run_id) is not None, "resumed": meta.get("resumed", 0)}
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    pct = 100.0 * p.done / p.total if p.total else 100.0
+    click.echo(f"run {run_id} ({info['spec']}): {info['state']}, {p.done}/{p.total} done ({pct:.1f}%), "
+               f"{p.errors} errored, {p.pending_judge} awaiting the judge, {len(queued)} queued or in flight, "
+               f"{max(0, info['missing'])} missing")
+    for a, d in info["per_adapter"].items():
+        click.echo(f"  {a}: {d['done']} done, {d['errors']} errored")
+    click.echo(f"  spend ${p.cost_usd:.6f}; executions {p.executed} ({info['duplicate_executions']} duplicates, "
+               f"counted once); report {'ready' if info['report_ready'] else 'not yet'}")
+    if info["missing"] > 0 and info["state"] not in ("done",):
+        click.echo(f"  'evalfarm resume {run_id}' dispatches the {info['missing']} missing items")
+
+
+@click.command()
+@click.argument("run_id")
+@broker_option
+@state_dir_option
+@click.option("--no-save", is_flag=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--timeout", "timeout_s", type=float)
+@click.option("--json", "as_json", is_flag=True)
+def wait(run_id: str, broker: str | None, state_dir: Path, no_save: bool, output: Path | None,
+         timeout_s: float | None, as_json: bool) -> None:
+    """Attach to a run: live progress until its report exists, then save and print it."""
+    from .console import LiveProgress
+
+    coord = coordinator(broker)
+    coord.meta(run_id)
+    with LiveProgress(enabled=None if not as_json else False) as bar:
+        raw = coord.wait(run_id, on_progress=bar.update, timeout_s=timeout_s)
+    sys.exit(finish(raw, state_dir, no_save, as_json, output))
+
+
+@click.command()
+@click.argument("run_id")
+@broker_option
+def cancel(run_id: str, broker: str | None) -> None:
+    """Stop a run: workers skip its remaining batches; `resume` continues it later."""
+    coord = coordinator(broker)
+    coord.cancel(run_id)
+    p = coord.progress(run_id)
+    click.echo(f"cancelled {run_id} at {p.done}/{p.total} items")
+
+
+@click.command()
+@click.argument("run_id")
+@broker_option
+@state_dir_option
+@click.option("--no-save", is_flag=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--detach", is_flag=True, help="Dispatch and return; 'evalfarm wait RUN' attaches later.")
+@click.option("--timeout", "timeout_s", type=float)
+@click.option("--json", "as_json", is_flag=True)
+def resume(run_id: str, broker: str | None, state_dir: Path, no_save: bool, output: Path | None, detach: bool,
+           timeout_s: float | None, as_json: bool) -> None:
+    """Re-dispatch only a run's missing items (not done, not awaiting the judge, not in the broker),
+    then wait for its report."""
+    from .console import LiveProgress
+
+    coord = coordinator(broker)
+    what = coord.resume(run_id)
+    click.echo(f"resumed {run_id}: dispatched {what['dispatched']} missing items"
+               f"{', ' + str(what['judge']) + ' to the judge' if what['judge'] else ''}"
+               f"{' (re-planned)' if what['replanned'] else ''}; "
+               f"{what.get('already_done', 0)} already done, {what.get('in_broker', 0)} still in the broker",
+               err=True)
+    if detach:
+        click.echo(run_id)
+        return
+    with LiveProgress(enabled=None if not as_json else False) as bar:
+        raw = coord.wait(run_id, on_progress=bar.update, timeout_s=timeout_s)
+    sys.exit(finish(raw, state_dir, no_save, as_json, output))

@@ -1,0 +1,57 @@
+"""Which items of a run are still in the broker: queued, or delivered but unacknowledged.
+
+`resume` re-dispatches only items that are neither finished, nor waiting for
+the judge, nor still in a queue or in a worker's hands: reading kombu's Redis
+lists and its ``unacked`` hash tells exactly which those are.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, Iterator
+
+from .app import QUEUES
+
+PRIORITY_SEP = "\x06\x16"
+
+
+def _decode(raw: bytes | str) -> dict[str, Any] | None:
+    try:
+        msg = json.loads(raw)
+        if isinstance(msg, list):  # the unacked hash stores [message, exchange, routing_key]
+            msg = msg[0]
+        body = msg["body"]
+        if msg.get("properties", {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        args = json.loads(body)[0]
+        return {"task": msg.get("headers", {}).get("task"), "args": args}
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def _messages(r) -> Iterator[dict[str, Any]]:
+    for queue in QUEUES:
+        for key in [queue] + [f"{queue}{PRIORITY_SEP}{p}" for p in (1, 2, 3, 4, 5, 6, 7, 8, 9)]:
+            for raw in r.lrange(key, 0, -1):
+                m = _decode(raw)
+                if m:
+                    yield m
+    for raw in r.hvals("unacked"):
+        m = _decode(raw)
+        if m:
+            yield m
+
+
+def keys_in_broker(r, run_id: str) -> tuple[set[str], int]:
+    """(item keys carried by this run's queued or unacked batch messages, aggregate messages)."""
+    keys: set[str] = set()
+    aggregates = 0
+    for m in _messages(r):
+        args = m["args"]
+        if not args or args[0] != run_id:
+            continue
+        if len(args) > 1 and isinstance(args[1], list):
+            keys.update(args[1])
+        else:
+            aggregates += 1
+    return keys, aggregates
