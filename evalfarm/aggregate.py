@@ -38,6 +38,7 @@ class _Acc:
         self.error_classes: dict[str, int] = defaultdict(int)
         self.failure_modes: dict[str, int] = defaultdict(int)
         self.ok = 0  # items whose full verdict (checks and judge) passed
+        self.cached = 0
         self.judge_in = self.judge_out = 0
         self.judge_cost = 0.0
 
@@ -58,6 +59,8 @@ def aggregate(outcomes: Iterable[dict[str, Any]], adapters: list[str], *, trials
         acc.judge_cost += o.get("judge_cost_usd") or 0.0
         if o.get("failure_mode"):
             acc.failure_modes[o["failure_mode"]] += 1
+        if o.get("cached"):
+            acc.cached += 1
         if o.get("error"):
             acc.errors += 1
             acc.error_classes[o["error"].get("class", "Error")] += 1
@@ -97,7 +100,7 @@ def _figures(acc: _Acc, trials: int, judge_weight: float | None) -> dict[str, An
         "overall": _r(overall),
         "latency_ms_p50": _r(percentile(acc.latencies, 50), 3),
         "latency_ms_p95": _r(percentile(acc.latencies, 95), 3),
-        "tokens_in": acc.tokens_in, "tokens_out": acc.tokens_out, "cost_usd": _r(acc.cost, 8),
+        "tokens_in": acc.tokens_in, "tokens_out": acc.tokens_out, "cost_usd": _r(acc.cost, 8), "cached": acc.cached,
         "judge_tokens_in": acc.judge_in, "judge_tokens_out": acc.judge_out, "judge_cost_usd": _r(acc.judge_cost, 8),
     }
     if trials > 1:

@@ -12,7 +12,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
-from .adapters import Adapter
+from .adapters import Adapter, Completion
+from .cache import ResponseCache, request_key
 from .checks import golden_check, run_checks
 from .judge import Judge, clamp01
 from .taxonomy import classify
@@ -48,6 +49,7 @@ class Outcome:
     judge_output_tokens: int = 0
     judge_cost_usd: float = 0.0
     attempts: int | None = None
+    cached: bool = False  # served by the response cache: tokens of the original call, cost 0
     error: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,12 +74,27 @@ def finish_outcome(out: Outcome, judge_spec_pass: float | None) -> Outcome:
     return out
 
 
-async def call_item(item: Item, adapter: Adapter) -> Outcome:
-    """Stage 1: call the adapter, run the deterministic checks."""
+async def _complete(item: Item, adapter: Adapter, cache: ResponseCache | None) -> tuple[Completion, bool]:
+    if cache is None:
+        return await adapter.complete(item.prompt, item.trial), False
+    key = request_key(adapter.config(), item.prompt, item.trial)
+    hit = await cache.get(key)
+    if hit is not None:
+        return Completion(text=hit["text"], finish_reason=hit["finish_reason"], input_tokens=hit["input_tokens"],
+                          output_tokens=hit["output_tokens"], cost_usd=0.0, meta={"attempts": 0}), True
+    completion = await adapter.complete(item.prompt, item.trial)
+    await cache.put(key, {"text": completion.text, "finish_reason": completion.finish_reason,
+                          "input_tokens": completion.input_tokens, "output_tokens": completion.output_tokens,
+                          "cost_usd": completion.cost_usd})
+    return completion, False
+
+
+async def call_item(item: Item, adapter: Adapter, cache: ResponseCache | None = None) -> Outcome:
+    """Stage 1: call the adapter (or the cache), run the deterministic checks."""
     out = Outcome(key=item.key, prompt_id=item.prompt.id, adapter=item.adapter, trial=item.trial)
     started = time.perf_counter()
     try:
-        completion = await adapter.complete(item.prompt, item.trial)
+        completion, out.cached = await _complete(item, adapter, cache)
     except Exception as exc:  # a provider failure is a runtime error, never a quality failure
         out.error = _error(exc, "adapter")
         out.attempts = getattr(exc, "attempts", None)
@@ -114,28 +131,31 @@ async def judge_item(item: Item, out: Outcome, judge: Judge | None, pass_score: 
     return finish_outcome(out, pass_score)
 
 
-async def run_item(item: Item, adapter: Adapter, judge: Judge | None, pass_score: float | None = None) -> Outcome:
-    return await judge_item(item, await call_item(item, adapter), judge, pass_score)
+async def run_item(item: Item, adapter: Adapter, judge: Judge | None, pass_score: float | None = None,
+                   cache: ResponseCache | None = None) -> Outcome:
+    return await judge_item(item, await call_item(item, adapter, cache), judge, pass_score)
 
 
 async def run_items(items: Iterable[Item], adapters: dict[str, Adapter], judge: Judge | None,
-                    max_in_flight: int = 64, pass_score: float | None = None) -> list[Outcome]:
+                    max_in_flight: int = 64, pass_score: float | None = None,
+                    cache: ResponseCache | None = None) -> list[Outcome]:
     """Run items concurrently, at most ``max_in_flight`` at once, results in input order."""
     sem = asyncio.Semaphore(max_in_flight)
 
     async def one(item: Item) -> Outcome:
         async with sem:
-            return await run_item(item, adapters[item.adapter], judge, pass_score)
+            return await run_item(item, adapters[item.adapter], judge, pass_score, cache)
 
     return list(await asyncio.gather(*(one(i) for i in items)))
 
 
-async def call_items(items: Iterable[Item], adapters: dict[str, Adapter], max_in_flight: int = 64) -> list[Outcome]:
+async def call_items(items: Iterable[Item], adapters: dict[str, Adapter], max_in_flight: int = 64,
+                     cache: ResponseCache | None = None) -> list[Outcome]:
     sem = asyncio.Semaphore(max_in_flight)
 
     async def one(item: Item) -> Outcome:
         async with sem:
-            return await call_item(item, adapters[item.adapter])
+            return await call_item(item, adapters[item.adapter], cache)
 
     return list(await asyncio.gather(*(one(i) for i in items)))
 

@@ -151,6 +151,8 @@ class AdapterSpec(_Model):
     params: dict[str, Any] = Field(default_factory=dict)  # temperature, max_tokens, ...
     price: Price | None = None
     timeout_s: float = Field(default=120.0, gt=0)
+    max_in_flight: int | None = Field(default=None, ge=1)  # per endpoint and key, across the fleet
+    requests_per_minute: int | None = Field(default=None, ge=1)  # per endpoint and key, across the fleet
 
     @field_validator("api_key_env")
     @classmethod
@@ -174,6 +176,8 @@ class JudgeSpec(_Model):
     params: dict[str, Any] = Field(default_factory=dict)
     price: Price | None = None
     timeout_s: float = Field(default=120.0, gt=0)
+    max_in_flight: int | None = Field(default=None, ge=1)
+    requests_per_minute: int | None = Field(default=None, ge=1)
 
 
 class Thresholds(_Model):

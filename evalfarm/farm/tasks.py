@@ -30,6 +30,11 @@ def store_for(settings: FarmSettings) -> RunStore:
 
 
 def register(app: Celery, settings: FarmSettings) -> None:
+    url = settings.effective_store_url
+    if not settings.embedded and url:
+        from .limits import install
+
+        install(url)  # provider limits and 429 pauses hold for the whole fleet
     def enqueue_aggregate(run_id: str) -> None:
         app.tasks[AGGREGATE].apply_async(args=[run_id], queue="aggregate")
 

@@ -14,7 +14,10 @@ from typing import Any, Callable
 
 import structlog
 
+from pathlib import Path
+
 from ..adapters import Adapter
+from ..cache import ResponseCache, SqliteCache
 from ..engine import PROCESS_LOOP, Outcome, call_items, finish_outcome, judge_items
 from ..judge import Judge
 from ..plan import Item
@@ -31,12 +34,20 @@ Enqueue = Callable[[str, list[str]], None]
 class RunContext:
     """A run's spec and its callable adapters/judge, rebuilt once per process."""
 
-    def __init__(self, meta: dict[str, Any]) -> None:
+    def __init__(self, meta: dict[str, Any], store_url: str | None = None) -> None:
         self.meta = meta
         self.spec = EvalSpec.model_validate(meta["spec"])
         self._adapters: dict[str, Adapter] | None = None
         self._judge: Judge | None = None
         self.pass_score = self.spec.judge.pass_score if self.spec.judge else None
+        self.cache: ResponseCache | None = None
+        options = meta.get("options") or {}
+        if options.get("cache"):
+            if store_url:
+                from .cache import RedisCache
+                self.cache = RedisCache(store_url)
+            else:
+                self.cache = SqliteCache(Path(options.get("state_dir") or ".evalfarm") / "cache.sqlite")
 
     @property
     def adapters(self) -> dict[str, Adapter]:
@@ -60,7 +71,7 @@ def context_for(store: RunStore, run_id: str) -> RunContext | None:
         meta = store.get_meta(run_id)
         if meta is None:
             return None
-        ctx = _CONTEXTS[run_id] = RunContext(meta)
+        ctx = _CONTEXTS[run_id] = RunContext(meta, getattr(store, "url", None))
         while len(_CONTEXTS) > 16:
             _CONTEXTS.popitem(last=False)
     return ctx
@@ -92,7 +103,7 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     pending = {o["key"] for o in store.get_pending(run_id, open_keys) if o}
     todo = [k for k in open_keys if k not in pending]
     items = [Item.from_dict(json.loads(raw)) for raw in store.get_items(run_id, todo) if raw]
-    outcomes = PROCESS_LOOP.run(lambda: call_items(items, ctx.adapters, max_in_flight)) if items else []
+    outcomes = PROCESS_LOOP.run(lambda: call_items(items, ctx.adapters, max_in_flight, ctx.cache)) if items else []
     needs_judge = [o for o in outcomes if o.error is None] if ctx.spec.judge else []
     judged_ids = {id(o) for o in needs_judge}
     final = [finish_outcome(o, ctx.pass_score) for o in outcomes if id(o) not in judged_ids]

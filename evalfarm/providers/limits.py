@@ -1,7 +1,8 @@
-"""Limits per provider endpoint and key: calls in flight and a shared pause after a 429.
+"""Limits per provider endpoint and key: calls in flight, requests per minute, and a
+shared pause after a 429 with Retry-After.
 
-``LocalLimiter`` holds for one process. The farm swaps in a Redis-backed limiter
-so the limit and the pause hold for the whole fleet (see farm/limits.py).
+``LocalLimiter`` holds for one process. The farm installs a Redis-backed limiter
+(farm/limits.py) so the limits and the pause hold for the whole fleet.
 """
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import contextlib
 import hashlib
 import os
 import time
+from dataclasses import dataclass
 from typing import AsyncIterator, Callable, Protocol
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_in_flight: int | None = None  # across the fleet (per process in embedded mode)
+    requests_per_minute: int | None = None
 
 
 class Limiter(Protocol):
@@ -19,21 +27,51 @@ class Limiter(Protocol):
     async def pause(self, seconds: float) -> None: ...
 
 
-class LocalLimiter:
-    """At most ``max_in_flight`` calls at once in this process; a pause holds every caller."""
+def process_in_flight() -> int:
+    return int(os.environ.get("EVALFARM_MAX_IN_FLIGHT", "64"))
 
-    def __init__(self, max_in_flight: int = 64) -> None:
-        self.max_in_flight = max_in_flight
+
+class Gcra:
+    """Generic cell rate algorithm: ``rpm`` requests per minute, bursts of one second's worth."""
+
+    def __init__(self, rpm: int) -> None:
+        self.interval = 60.0 / rpm
+        self.burst = max(1, rpm // 60) * self.interval
+        self.tat = 0.0
+
+    def wait_s(self) -> float:
+        now = time.monotonic()
+        tat = max(self.tat, now)
+        allow_at = tat + self.interval - self.burst
+        if allow_at > now:
+            return allow_at - now
+        self.tat = tat + self.interval
+        return 0.0
+
+
+class LocalLimiter:
+    """This process only: the per-process cap, the endpoint's limits, and the 429 pause."""
+
+    def __init__(self, limits: Limits = Limits()) -> None:
+        cap = process_in_flight()
+        if limits.max_in_flight:
+            cap = min(cap, limits.max_in_flight)
+        self.cap = cap
+        self.gcra = Gcra(limits.requests_per_minute) if limits.requests_per_minute else None
         self._sems: dict[int, asyncio.Semaphore] = {}
         self._paused_until = 0.0
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
-        sem = self._sems.setdefault(id(loop), asyncio.Semaphore(self.max_in_flight))
+        sem = self._sems.setdefault(id(loop), asyncio.Semaphore(self.cap))
         async with sem:
-            wait = self._paused_until - time.monotonic()
-            if wait > 0:
+            while True:
+                wait = self._paused_until - time.monotonic()
+                if wait <= 0 and self.gcra is not None:
+                    wait = self.gcra.wait_s()
+                if wait <= 0:
+                    break
                 await asyncio.sleep(wait)
             yield
 
@@ -47,21 +85,22 @@ def endpoint_id(base_url: str, api_key_env: str) -> str:
     return hashlib.sha256(f"{base_url.rstrip('/')}\0{key}".encode()).hexdigest()[:16]
 
 
-_FACTORY: Callable[[str], Limiter] | None = None
+_FACTORY: Callable[[str, Limits], Limiter] | None = None
 _LIMITERS: dict[str, Limiter] = {}
 
 
-def set_limiter_factory(factory: Callable[[str], Limiter] | None) -> None:
+def set_limiter_factory(factory: Callable[[str, Limits], Limiter] | None) -> None:
     """The farm installs a fleet-wide factory; None restores per-process limits."""
     global _FACTORY
     _FACTORY = factory
     _LIMITERS.clear()
 
 
-def limiter_for(base_url: str, api_key_env: str) -> Limiter:
+def limiter_for(base_url: str, api_key_env: str, limits: Limits = Limits()) -> Limiter:
+    """One limiter per (endpoint, key); the first limits seen for it apply."""
     eid = endpoint_id(base_url, api_key_env)
     lim = _LIMITERS.get(eid)
     if lim is None:
-        lim = _FACTORY(eid) if _FACTORY else LocalLimiter(int(os.environ.get("EVALFARM_MAX_IN_FLIGHT", "64")))
+        lim = _FACTORY(eid, limits) if _FACTORY else LocalLimiter(limits)
         _LIMITERS[eid] = lim
     return lim

@@ -66,6 +66,9 @@ class MockProvider:
         self.seen: dict[str, int] = defaultdict(int)
         self.requests = 0
         self.statuses: dict[int, int] = defaultdict(int)
+        self.in_flight = self.max_in_flight = 0
+        self.log: list[tuple[float, int]] = []  # (arrival, status), for tests of fleet-wide limits
+        self.started = time.monotonic()
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=8 * 1024 * 1024)
@@ -75,7 +78,11 @@ class MockProvider:
         return app
 
     async def stats(self, request: web.Request) -> web.Response:
-        return web.json_response({"requests": self.requests, "statuses": self.statuses})
+        body: dict[str, Any] = {"requests": self.requests, "statuses": self.statuses,
+                                "max_in_flight": self.max_in_flight}
+        if request.query.get("log"):
+            body["log"] = self.log
+        return web.json_response(body)
 
     def _error(self, status: int, message: str, retry_after: str | None = None) -> web.Response:
         self.statuses[status] += 1
@@ -84,6 +91,17 @@ class MockProvider:
                                  status=status, headers=headers)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        arrival = round(time.monotonic() - self.started, 4)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            resp = await self._chat(request)
+        finally:
+            self.in_flight -= 1
+        self.log.append((arrival, resp.status))
+        return resp
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
         if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
             return self._error(401, "invalid api key")

@@ -18,7 +18,7 @@ from ..redact import redact
 from ..spec import AdapterSpec, Price, PromptSpec
 from .errors import BadResponse, ProviderError, TransportError, error_for_status
 from .http import client
-from .limits import Limiter, limiter_for
+from .limits import Limiter, Limits, limiter_for
 from .retry import RetryPolicy, parse_retry_after, with_retries
 
 
@@ -30,6 +30,7 @@ class Endpoint:
     timeout_s: float = 120.0
     price: Price | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    limits: Limits = Limits()
 
     @property
     def url(self) -> str:
@@ -79,7 +80,7 @@ async def chat(ep: Endpoint, messages: list[dict[str, str]], params: dict[str, A
                policy: RetryPolicy = RetryPolicy(), limiter: Limiter | None = None) -> ChatResult:
     """One chat completion with retries, under the endpoint's fleet limits."""
     body = {"model": ep.model, "messages": messages, **ep.params, **(params or {})}
-    limiter = limiter or limiter_for(ep.base_url, ep.api_key_env)
+    limiter = limiter or limiter_for(ep.base_url, ep.api_key_env, ep.limits)
     attempts = 0
 
     async def once() -> dict[str, Any]:
@@ -105,6 +106,9 @@ async def chat(ep: Endpoint, messages: list[dict[str, str]], params: dict[str, A
     return ChatResult(text, finish, t_in, t_out, cost_of(ep.price, t_in, t_out), attempts)
 
 
+ADAPTER_VERSION = 1  # bump when what the adapter sends changes: it is part of item and cache keys
+
+
 class OpenAIAdapter:
     """The model under test. ``PromptSpec.system`` becomes the system message."""
 
@@ -114,11 +118,11 @@ class OpenAIAdapter:
                            "or set EVAL_BASE_URL")
         self.id, self.spec = spec.id, spec
         self.endpoint = Endpoint(spec.base_url, spec.model, spec.api_key_env, spec.timeout_s, spec.price,
-                                 dict(spec.params))
+                                 dict(spec.params), Limits(spec.max_in_flight, spec.requests_per_minute))
 
     def config(self) -> dict[str, Any]:
-        return {"kind": "openai", "id": self.id, "model": self.spec.model, "base_url": self.spec.base_url,
-                "params": self.spec.params}
+        return {"kind": "openai", "version": ADAPTER_VERSION, "id": self.id, "model": self.spec.model,
+                "base_url": self.spec.base_url, "params": self.spec.params}
 
     async def complete(self, prompt: PromptSpec, trial: int) -> Completion:
         messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + \

@@ -1,0 +1,31 @@
+"""The response cache in Redis, shared by every worker (``ef:cache:<request hash>``)."""
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+
+class RedisCache:
+    def __init__(self, url: str, ttl_s: int = 30 * 24 * 3600) -> None:
+        self.url, self.ttl_s = url, ttl_s
+        self._clients: dict[int, Any] = {}
+
+    def _redis(self):
+        import redis.asyncio as aredis
+
+        from .redis_tls import split_tls
+
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(id(loop))
+        if client is None:
+            plain, tls = split_tls(self.url)
+            client = self._clients[id(loop)] = aredis.Redis.from_url(plain, **tls)
+        return client
+
+    async def get(self, key: str) -> dict[str, Any] | None:
+        raw = await self._redis().get(f"ef:cache:{key}")
+        return json.loads(raw) if raw else None
+
+    async def put(self, key: str, value: dict[str, Any]) -> None:
+        await self._redis().set(f"ef:cache:{key}", json.dumps(value), ex=self.ttl_s)
