@@ -203,11 +203,75 @@ def providers(redis: Redis, tmp: Path, n: int, env: dict[str, str], in_flight: i
     return rows
 
 
+def coordinator_subprocess(spec_path: Path, broker: str, env: dict[str, str]) -> tuple[float, float, int]:
+    """`evalfarm run` as its own process: (seconds, peak RSS MB, exit code)."""
+    code = ("import resource, subprocess, sys, time; t=time.perf_counter(); "
+            "r=subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); "
+            "print(time.perf_counter()-t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024, r.returncode)")
+    out = subprocess.run([sys.executable, "-c", code, sys.executable, "-m", "evalfarm.cli", "run", str(spec_path),
+                          "--broker", broker, "--no-save", "--json"], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    return float(out[0]), float(out[1]), int(out[2])
+
+
+def farm(redis: Redis, tmp: Path, n: int, env: dict[str, str], chord_n: int) -> list[dict]:
+    print(f"\n== farm: {n:,} mock items, 2 worker processes, coordinator in its own process ==", flush=True)
+    rows = []
+    redis.flush()
+    chord_s = bare_chord(redis.url, chord_n, env)
+    rows.append(row(f"bare Celery chord, no-op tasks, 1 worker", chord_n, chord_s))
+    ref = chord_n / chord_s
+    mock_spec(tmp, n)
+    redis.flush()
+    workers = [start_worker([sys.executable, "-m", "evalfarm.cli", "worker", "-c", "8", "--loglevel", "INFO"],
+                            dict(env, EVALFARM_BROKER_URL=redis.url)) for _ in range(2)]
+    try:
+        t, rss, code = coordinator_subprocess(tmp / "bench.yaml", redis.url, env)
+        mem = redis.used_memory_mb()
+    finally:
+        for w in workers:
+            stop_worker(w)
+    r = row("evalfarm on Redis, 2 workers", n, t, ref)
+    r.update(coordinator_peak_rss_mb=round(rss, 1), redis_used_memory_mb=round(mem, 1), exit_code=code)
+    print(f"  {'':<44} coordinator peak RSS {rss:.0f} MB, Redis used memory {mem:.0f} MB after the run", flush=True)
+    rows.append(r)
+    return rows
+
+
+def scaling(redis: Redis, tmp: Path, n: int, env: dict[str, str], in_flight: int = 64) -> list[dict]:
+    print(f"\n== scaling: {n:,} items against mock-provider at 200 ms, {in_flight} in flight per worker ==", flush=True)
+    rows = []
+    prov, url = start_provider(200, env)
+    try:
+        for n_workers in (1, 2):
+            redis.flush()
+            workers = [start_worker([sys.executable, "-m", "evalfarm.cli", "worker", "-c", "8", "--loglevel", "INFO"],
+                                    dict(env, EVALFARM_BROKER_URL=redis.url, EVALFARM_MAX_IN_FLIGHT=str(in_flight)))
+                       for _ in range(n_workers)]
+            try:
+                t, items = farm_run(provider_spec(tmp, n, url), redis.url)
+            finally:
+                for w in workers:
+                    stop_worker(w)
+            r = row(f"{n_workers} worker(s)", items, t)
+            ideal = n_workers * in_flight / 0.2
+            r.update(workers=n_workers, ideal_items_per_s=ideal, fraction_of_ideal=round(r["items_per_s"] / ideal, 3))
+            print(f"  {'':<44} ideal {ideal:,.0f} items/s -> {r['fraction_of_ideal'] * 100:.1f}% of ideal", flush=True)
+            rows.append(r)
+    finally:
+        stop_worker(prov)
+    print(f"  scaling 1 -> 2 workers: x{rows[1]['items_per_s'] / rows[0]['items_per_s']:.2f}", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--items", type=int, default=10_000)
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    parser.add_argument("--only", choices=["foundation", "providers"], action="append",
+    parser.add_argument("--farm-items", type=int, default=100_000)
+    parser.add_argument("--chord-items", type=int, default=10_000,
+                        help="size of the bare-chord reference in the farm section")
+    parser.add_argument("--only", choices=["foundation", "providers", "farm", "scaling"], action="append",
                         help="run only these sections (default: all)")
     args = parser.parse_args()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -215,12 +279,16 @@ def main() -> None:
         tmp = Path(d)
         redis = Redis(tmp)
         try:
-            sections = args.only or ["foundation", "providers"]
+            sections = args.only or ["foundation", "providers", "farm", "scaling"]
             results = {}
             if "foundation" in sections:
                 results["foundation"] = foundation(redis, tmp, args.items, env)
             if "providers" in sections:
                 results["providers"] = providers(redis, tmp, 2000, env)
+            if "farm" in sections:
+                results["farm"] = farm(redis, tmp, args.farm_items, env, args.chord_items)
+            if "scaling" in sections:
+                results["scaling"] = scaling(redis, tmp, 4000, env)
         finally:
             redis.stop()
     print(f"\ncoordinator (this process) peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")

@@ -6,7 +6,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from .canonical import sha256_hex
 from .errors import UsageError
@@ -40,7 +40,7 @@ def report_bytes(report: RunReport | dict[str, Any]) -> bytes:
 
 
 def save_report(report: RunReport | dict[str, Any], state_dir: Path | str = DEFAULT_STATE_DIR,
-                raw: bytes | None = None) -> tuple[Path, Path]:
+                raw: bytes | None = None, markdown: bytes | None = None) -> tuple[Path, Path]:
     """Persist ``<run_id>.json``, ``.md`` and ``.lineage.json``; returns (json_path, md_path).
 
     Run ids carry a microsecond timestamp and a random suffix, and an existing file
@@ -54,11 +54,52 @@ def save_report(report: RunReport | dict[str, Any], state_dir: Path | str = DEFA
     if json_path.exists():
         raise UsageError(f"{json_path}: a run with this id is already saved; refusing to overwrite")
     body = raw if raw is not None else report_bytes(data)
-    atomic_write(md_path, render_markdown(data).encode("utf-8"))
+    atomic_write(md_path, markdown if markdown is not None else render_markdown(data).encode("utf-8"))
     stub = {"artefact_path": str(json_path.resolve()), "content_hash": "sha256:" + sha256_hex(body),
             "lineage_tag": data["lineage_tag"], "ts_ns": time.time_ns()}
     atomic_write(lineage_path, (json.dumps(stub, indent=2) + "\n").encode())
     atomic_write(json_path, body)  # last: a run is listed only once all three exist
+    return json_path, md_path
+
+
+def write_stream(path: Path, chunks: Iterable[bytes]) -> str:
+    """Write chunks atomically (temp file + rename); returns the SHA-256 of the bytes."""
+    import hashlib
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            for chunk in chunks:
+                digest.update(chunk)
+                fh.write(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return digest.hexdigest()
+
+
+def save_report_stream(summary: dict[str, Any], chunks: Iterable[bytes], state_dir: Path | str,
+                       markdown: bytes) -> tuple[Path, Path]:
+    """Like save_report, for a report too big to hold: its bytes arrive in chunks."""
+    out = runs_dir(state_dir)
+    json_path, md_path = out / f"{summary['run_id']}.json", out / f"{summary['run_id']}.md"
+    if json_path.exists():
+        raise UsageError(f"{json_path}: a run with this id is already saved; refusing to overwrite")
+    tmp_json = out / f".{summary['run_id']}.json.partial"
+    digest = write_stream(tmp_json, chunks)
+    try:
+        atomic_write(md_path, markdown)
+        stub = {"artefact_path": str(json_path.resolve()), "content_hash": "sha256:" + digest,
+                "lineage_tag": summary["lineage_tag"], "ts_ns": time.time_ns()}
+        atomic_write(out / f"{summary['run_id']}.lineage.json", (json.dumps(stub, indent=2) + "\n").encode())
+        os.replace(tmp_json, json_path)  # last: a run is listed only once all three exist
+    finally:
+        tmp_json.unlink(missing_ok=True)
     return json_path, md_path
 
 

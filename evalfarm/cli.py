@@ -122,21 +122,10 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
         click.echo(run_id)
         return
     with LiveProgress(enabled=None if not as_json else False) as bar:
-        raw = coord.wait(run_id, on_progress=bar.update, timeout_s=timeout_s)
-    report = json.loads(raw)
-    paths = []
-    if output is not None:
-        atomic_write(output, raw)
-        paths.append(str(output))
-    if not no_save:
-        json_path, md_path = save_report(report, state_dir, raw=raw)
-        paths += [str(json_path), str(md_path)]
-    if as_json:
-        sys.stdout.write(raw.decode("utf-8"))
-    else:
-        print_summary(report, paths)
-    from .cli_ci import finish_run  # registry, gate, promotion, JUnit, PR summary; returns the exit code
-    sys.exit(finish_run(report, raw, None if no_save else json_path, state_dir, spec, dict(ci, as_json=as_json)))
+        coord.wait(run_id, on_progress=bar.update, timeout_s=timeout_s, fetch=False)
+    from .cli_farm import finish
+
+    sys.exit(finish(coord, run_id, state_dir, no_save, as_json, output, spec=spec, ci=ci))
 
 
 @main.command("list")

@@ -43,25 +43,10 @@ def _farm_runner(broker: str | None, timeout_s: float | None, quiet: bool):
 
 
 def _close_http_clients() -> None:
-    """Close the provider HTTP client the embedded farm opened on this process's loop (else aiohttp
-    warns about an unclosed session at exit). Best effort; a no-op when no provider ran here."""
+    """Close the provider HTTP clients this process opened (else aiohttp warns at exit)."""
     http = sys.modules.get("evalfarm.providers.http")
-    clients = getattr(http, "_CLIENTS", None)
-    if not clients:
-        return
-    import asyncio
-
-    from .engine import PROCESS_LOOP
-
-    async def close() -> None:
-        client = clients.pop(id(asyncio.get_running_loop()), None)
-        if client is not None:
-            await client.aclose()
-
-    try:
-        PROCESS_LOOP.run(close)
-    except Exception:  # pragma: no cover - cleanup must never fail the command
-        pass
+    if http is not None:
+        http.close_all()
 
 
 def _price(value: str | None) -> tuple[float, float] | None:

@@ -25,31 +25,49 @@ def coordinator(broker: str | None):
     return Coordinator(FarmSettings.from_env(broker_url=broker))
 
 
-def finish(report_raw: bytes, state_dir: Path, no_save: bool, as_json: bool, output: Path | None) -> int:
-    """Persist and print a finished run's report like `run` does; returns the exit code."""
-    from .artifacts import atomic_write, list_runs, save_report
+FULL_REPORT_OPTIONS = ("gate", "promote", "baseline", "junit", "pr_summary")
+
+
+def finish(coord, run_id: str, state_dir: Path, no_save: bool, as_json: bool, output: Path | None,
+           spec=None, ci: dict | None = None) -> int:
+    """Persist and print a finished run's report; returns the exit code.
+
+    The report's bytes stream from the store to the files (and stdout) in chunks.
+    Printing, the registry and the exit code need only the summary the aggregate stored
+    beside it; the outcomes are parsed only for what needs them (the gate, baselines,
+    JUnit), so a 100,000-item run stays cheap for the coordinator.
+    """
+    from .artifacts import list_runs, save_report_stream, write_stream
     from .cli_ci import finish_run
     from .console import print_summary
 
-    report = json.loads(report_raw)
+    ci = ci or {}
+    store = coord.store
+    summary = json.loads(store.get_blob(run_id, "summary") or b"{}")
+    markdown = store.get_blob(run_id, "markdown") or b""
     paths: list[str] = []
     json_path = None
     if output is not None:
-        atomic_write(output, report_raw)
+        write_stream(output, store.iter_report(run_id))
         paths.append(str(output))
     if not no_save:
-        existing = [p for p in list_runs(state_dir) if p.stem == report["run_id"]]
+        existing = [p for p in list_runs(state_dir) if p.stem == run_id]
         if existing:  # already saved by an earlier wait
             json_path = existing[0]
             paths.append(str(json_path))
         else:
-            json_path, md_path = save_report(report, state_dir, raw=report_raw)
+            json_path, md_path = save_report_stream(summary, store.iter_report(run_id), state_dir, markdown)
             paths += [str(json_path), str(md_path)]
     if as_json:
-        sys.stdout.write(report_raw.decode("utf-8"))
+        for chunk in store.iter_report(run_id):
+            sys.stdout.buffer.write(chunk)
+        sys.stdout.flush()
     else:
-        print_summary(report, paths)
-    return finish_run(report, report_raw, json_path, state_dir, None, {"as_json": as_json})
+        print_summary(summary, paths)
+    report = summary
+    if any(ci.get(k) for k in FULL_REPORT_OPTIONS):
+        report = json.loads(b"".join(store.iter_report(run_id)))
+    return finish_run(report, b"", json_path, state_dir, spec, {**ci, "as_json": as_json})
 
 
 @click.command()
@@ -108,8 +126,8 @@ def wait(run_id: str, broker: str | None, state_dir: Path, no_save: bool, output
     coord = coordinator(broker)
     coord.meta(run_id)
     with LiveProgress(enabled=None if not as_json else False) as bar:
-        raw = coord.wait(run_id, on_progress=bar.update, timeout_s=timeout_s)
-    sys.exit(finish(raw, state_dir, no_save, as_json, output))
+        coord.wait(run_id, on_progress=bar.update, timeout_s=timeout_s, fetch=False)
+    sys.exit(finish(coord, run_id, state_dir, no_save, as_json, output))
 
 
 @click.command()
@@ -149,5 +167,5 @@ def resume(run_id: str, broker: str | None, state_dir: Path, no_save: bool, outp
         click.echo(run_id)
         return
     with LiveProgress(enabled=None if not as_json else False) as bar:
-        raw = coord.wait(run_id, on_progress=bar.update, timeout_s=timeout_s)
-    sys.exit(finish(raw, state_dir, no_save, as_json, output))
+        coord.wait(run_id, on_progress=bar.update, timeout_s=timeout_s, fetch=False)
+    sys.exit(finish(coord, run_id, state_dir, no_save, as_json, output))

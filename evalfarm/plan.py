@@ -7,7 +7,7 @@ overwrites its result instead of adding one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from .canonical import canonical_json, content_key
 from .spec import EvalSpec, PromptSpec
@@ -36,12 +36,12 @@ def item_key(prompt: PromptSpec, adapter_config: dict[str, Any], trial: int,
                         "trial": trial, "judge": judge_config})
 
 
-def iter_items(spec: EvalSpec, prompts: list[PromptSpec], adapter_configs: dict[str, dict[str, Any]],
+def iter_items(spec: EvalSpec, prompts: Iterable[PromptSpec], adapter_configs: dict[str, dict[str, Any]],
                judge_config: dict[str, Any] | None, trials: int | None = None) -> Iterator[Item]:
-    """Items in a stable order: adapter, then prompt, then trial."""
+    """Items in a stable order: prompt, then adapter, then trial (one pass over the prompts)."""
     n_trials = trials or spec.trials
-    for adapter in spec.adapter_ids:
-        for prompt in prompts:
+    for prompt in prompts:
+        for adapter in spec.adapter_ids:
             for trial in range(n_trials):
                 yield Item(item_key(prompt, adapter_configs[adapter], trial, judge_config),
                            prompt, adapter, trial)

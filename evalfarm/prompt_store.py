@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from .canonical import content_key, sha256_hex
 from .errors import SpecError
@@ -129,9 +129,17 @@ def _parse(path: Path) -> tuple[str | None, str | None]:
     return system, user
 
 
-def dataset_hash(prompts: list) -> str:
-    """What the cases are, without the prompt version applied to them."""
-    return "sha256:" + content_key([p.model_dump(mode="json", exclude={"system"}) for p in prompts])
+def dataset_hash(prompts: Iterable) -> str:
+    """What the cases are, without the prompt version applied to them (streamed: a 100,000-case
+    dataset is hashed without holding it)."""
+    import hashlib
+
+    from .canonical import canonical_json
+
+    h = hashlib.sha256()
+    for p in prompts:
+        h.update(canonical_json(p.model_dump(mode="json", exclude={"system"})).encode() + b"\n")
+    return "sha256:" + h.hexdigest()
 
 
 def _sole_pointed(base_dir: Path) -> bool:
@@ -171,8 +179,7 @@ def apply_prompt_version(spec: Any, version: str | None, base_dir: Path | str | 
         return spec, None
     source = getattr(spec, "_source", None)
     base = Path(base_dir) if base_dir is not None else (Path(source).parent if source else Path.cwd())
-    prompts = spec.resolved_prompts()
-    info: dict[str, Any] = {"dataset_hash": dataset_hash(prompts), "prompt": None}
+    info: dict[str, Any] = {"dataset_hash": dataset_hash(spec.iter_prompts()), "prompt": None}
     if getattr(spec, "prompt", None) is None and not version and not (source is None and _sole_pointed(base)):
         spec._prompt_info = info  # a spec file without 'prompt:' uses no store unless --prompt-version
         return spec, None
@@ -189,7 +196,7 @@ def apply_prompt_version(spec: Any, version: str | None, base_dir: Path | str | 
                 f"as a new version (e.g. {pv.path.parent / ('<new>' + pv.path.suffix)}) and point "
                 f"{POINTER} or --prompt-version at it", path=str(pv.path))
     new = []
-    for p in prompts:
+    for p in spec.iter_prompts():
         update: dict[str, Any] = {} if pv.system is None else {"system": pv.system}
         if pv.user is not None:
             update["text"] = pv.user.replace("{input}", p.text)

@@ -9,7 +9,7 @@ import secrets
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from .adapters import Adapter, CallableAdapter, resolve_adapter
 from .canonical import content_key
@@ -66,9 +66,16 @@ def spec_line(spec: EvalSpec, loc: tuple) -> int | None:
     return line_for(lines, loc) if lines else None
 
 
-def spec_hash(spec: EvalSpec, prompts: list[PromptSpec]) -> str:
-    body = spec.model_dump(exclude={"prompts", "dataset"})
-    return content_key({"spec": body, "prompts": [p.model_dump() for p in prompts]})
+def spec_hash(spec: EvalSpec, prompts: Iterable[PromptSpec]) -> str:
+    """Hash of the spec without its prompt sources, then every prompt, streamed."""
+    import hashlib
+
+    from .canonical import canonical_json
+
+    h = hashlib.sha256(canonical_json(spec.model_dump(mode="json", exclude={"prompts", "dataset"})).encode())
+    for p in prompts:
+        h.update(b"\n" + canonical_json(p.model_dump(mode="json")).encode())
+    return h.hexdigest()
 
 
 def bind_environment(spec: EvalSpec, base_url: str | None = None, judge_base_url: str | None = None) -> EvalSpec:
@@ -99,6 +106,7 @@ def bind_environment(spec: EvalSpec, base_url: str | None = None, judge_base_url
         updates["judge"] = spec.judge.model_copy(update={"base_url": jurl, "api_key_env": key_env})
     bound = spec.model_copy(update=updates)
     bound._source, bound._resolved, bound._lines = spec._source, spec._resolved, spec._lines
+    bound._stream, bound._count = spec._stream, spec._count
     return bound
 
 

@@ -15,7 +15,7 @@ from .errors import SpecError
 Path_ = tuple[Any, ...]
 
 
-def read_text(path: Path) -> str:
+def read_text(path: Path, check_only: bool = False) -> str:
     """Read a file as UTF-8, failing with the line of the first bad byte."""
     try:
         raw = path.read_bytes()
@@ -26,7 +26,8 @@ def read_text(path: Path) -> str:
     except OSError as exc:
         raise SpecError(f"cannot read: {exc.strerror}", path=str(path)) from None
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
+        return "" if check_only else text
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise SpecError(f"not valid UTF-8 (byte 0x{raw[exc.start]:02x}); save the file as UTF-8",

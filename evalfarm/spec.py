@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Iterable, Iterator, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
@@ -209,6 +209,8 @@ class EvalSpec(_Model):
     _source: Path | None = PrivateAttr(default=None)
     _prompt_info: dict | None = PrivateAttr(default=None)  # set by prompt_store.apply_prompt_version
     _resolved: list[PromptSpec] | None = PrivateAttr(default=None)
+    _stream: Path | None = PrivateAttr(default=None)  # a big JSONL dataset, re-read instead of held
+    _count: int | None = PrivateAttr(default=None)
     _lines: dict | None = PrivateAttr(default=None)
 
     @field_validator("adapters")
@@ -245,9 +247,27 @@ class EvalSpec(_Model):
     def adapter_ids(self) -> list[str]:
         return [a if isinstance(a, str) else a.id for a in self.adapters]
 
+    def iter_prompts(self) -> Iterator[PromptSpec]:
+        """Every prompt, inline first; a streamed dataset is re-read (it was validated at load)."""
+        if self._stream is None:
+            yield from self.resolved_prompts()
+            return
+        yield from self.prompts
+        for prompt, _, _ in iter_dataset(self._stream):
+            yield prompt
+
+    def prompt_count(self) -> int:
+        if self._stream is not None and self._count is not None:
+            return self._count
+        return len(self.resolved_prompts())
+
     def resolved_prompts(self, base_dir: Path | None = None) -> list[PromptSpec]:
         """Inline prompts then dataset prompts, checked for duplicate ids."""
         if self._resolved is not None and base_dir is None:
+            return self._resolved
+        if self._stream is not None and base_dir is None:
+            self._resolved = list(self.iter_prompts())
+            self._stream = None
             return self._resolved
         base = base_dir or (self._source.parent if self._source else Path.cwd())
         origins: list[tuple[PromptSpec, str, int | None]] = [
@@ -259,7 +279,8 @@ class EvalSpec(_Model):
         return self._resolved
 
 
-def _check_duplicates(origins: list[tuple[PromptSpec, str, int | None]]) -> None:
+def _check_duplicates(origins: Iterable[tuple[PromptSpec, str, int | None]]) -> int:
+    """Raises on the first duplicate id; returns how many prompts there were."""
     first: dict[str, str] = {}
     for prompt, path, line in origins:
         where = f"{path}:{line}" if line else path
@@ -268,6 +289,7 @@ def _check_duplicates(origins: list[tuple[PromptSpec, str, int | None]]) -> None
                             "ids must be unique across inline prompts and the dataset",
                             path=path, line=line, field="id")
         first[prompt.id] = where
+    return len(first)
 
 
 def load_any_dataset(path: Path, spec_path: Path | None = None) -> list[tuple[PromptSpec, str, int | None]]:
@@ -297,11 +319,20 @@ def restrict(prompts: list[PromptSpec], tags: tuple[str, ...] = (), cases: tuple
 
 def load_dataset(path: Path, spec_path: Path | None = None) -> list[tuple[PromptSpec, str, int]]:
     """Parse a JSONL dataset; each non-blank line is one PromptSpec."""
+    return list(iter_dataset(path, spec_path))
+
+
+def iter_dataset(path: Path, spec_path: Path | None = None) -> Iterator[tuple[PromptSpec, str, int]]:
+    """Stream a JSONL dataset line by line: 100,000 prompts never sit in memory at once."""
     if not path.is_file():
         raise SpecError(f"dataset file not found: {path}", path=str(spec_path or path), field="dataset")
-    text = read_text(path)
-    out = []
-    for lineno, raw in enumerate(text.splitlines(), start=1):
+    read_text(path, check_only=True)  # one clear error for a non-UTF-8 file, with its line
+    with open(path, encoding="utf-8") as fh:
+        yield from _parse_lines(fh, path)
+
+
+def _parse_lines(lines: Iterable[str], path: Path) -> Iterator[tuple[PromptSpec, str, int]]:
+    for lineno, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
         try:
@@ -316,8 +347,7 @@ def load_dataset(path: Path, spec_path: Path | None = None) -> list[tuple[Prompt
             err = exc.errors()[0]
             raise SpecError(_message(err, PromptSpec), path=str(path), line=lineno,
                             field=dotted(err["loc"]) or None) from None
-        out.append((prompt, str(path), lineno))
-    return out
+        yield prompt, str(path), lineno
 
 
 def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
@@ -389,6 +419,16 @@ def load_spec(path: Path | str) -> EvalSpec:
         if not ds_path.exists():
             raise SpecError(f"dataset file not found: {ds_path}", path=str(path), line=dataset_line,
                             field="dataset")
+        if ds_path.is_file() and ds_path.suffix not in (".yaml", ".yml"):
+            # JSONL: validate it all now (bad input stops here), keep only the ids; re-read when planning
+            import itertools
+
+            spec._count = _check_duplicates(itertools.chain(origins, iter_dataset(ds_path, spec_path=path)))
+            spec._stream = ds_path
+            if not spec._count:
+                raise SpecError("no prompts: the dataset is empty and there are no inline prompts",
+                                path=str(path), line=dataset_line, field="dataset")
+            return spec
         origins += load_any_dataset(ds_path, spec_path=path)
     _check_duplicates(origins)
     spec._resolved = [p for p, _, _ in origins]

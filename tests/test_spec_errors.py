@@ -29,7 +29,7 @@ CASES = {
     "missing_dataset": ({"spec.yaml": GOOD + "dataset: nope.jsonl\n"},
                         "spec.yaml:6: dataset: dataset file not found"),
     "bad_jsonl_line": ({"spec.yaml": GOOD + "dataset: p.jsonl\n",
-                        "p.jsonl": '{"id": "b", "text": "x"}\n' * 6 + '{"id": "c", "text": }\n'},
+                        "p.jsonl": "".join(f'{{"id": "b{i}", "text": "x"}}\n' for i in range(6)) + '{"id": "c", "text": }\n'},
                        "p.jsonl:7: invalid JSON:"),
     "jsonl_bad_field": ({"spec.yaml": GOOD + "dataset: p.jsonl\n",
                          "p.jsonl": '{"id": "b", "text": "x"}\n{"id": "c", "txt": "y"}\n'},

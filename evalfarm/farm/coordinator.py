@@ -72,25 +72,23 @@ class Coordinator:
     def submit(self, spec: EvalSpec, trials: int | None = None, run_id: str | None = None,
                options: dict[str, Any] | None = None) -> str:
         """Validate adapters and judge here (bad input stops before queueing), plan, dispatch."""
-        prompts = spec.resolved_prompts()
         make_adapters(spec)
         make_judge(spec)
         n_trials = trials or spec.trials
-        total = len(prompts) * len(spec.adapter_ids) * n_trials
+        total = spec.prompt_count() * len(spec.adapter_ids) * n_trials
         run_id = run_id or new_run_id()
         meta = {"run_id": run_id, "spec": spec.model_dump(mode="json", by_alias=True),
-                "spec_hash": spec_hash(spec, prompts), "trials": n_trials, "total": total, "mode": self.mode,
+                "spec_hash": spec_hash(spec, spec.iter_prompts()), "trials": n_trials, "total": total,
+                "mode": self.mode,
                 "started_at": utc_now(), "state": "planning", "planned": False,
                 "batch_size": pick_batch_size(total, self.settings.batch_size), "adapters": spec.adapter_ids,
                 "options": options or {}}
         self.store.create_run(run_id, meta)
-        self.store.put_blob(run_id, "prompts", json.dumps([p.model_dump(mode="json", by_alias=True)
-                                                           for p in prompts]).encode())
-        self._plan(run_id, spec, prompts, n_trials)
+        self._plan(run_id, spec, spec.iter_prompts(), n_trials)
         self._dispatch(run_id, self._batches(self.store.iter_item_keys(run_id), meta["batch_size"]))
         return run_id
 
-    def _plan(self, run_id: str, spec: EvalSpec, prompts: list[PromptSpec], trials: int) -> None:
+    def _plan(self, run_id: str, spec: EvalSpec, prompts: Iterable[PromptSpec], trials: int) -> None:
         adapters = make_adapters(spec)
         judge = make_judge(spec)
         items = iter_items(spec, prompts, {a: ad.config() for a, ad in adapters.items()},
@@ -146,8 +144,9 @@ class Coordinator:
                         pending_judge=len(self.store.pending_keys(run_id)), executed=c.get("executed", 0))
 
     def wait(self, run_id: str, on_progress: ProgressFn | None = None, poll_s: float = 0.1,
-             timeout_s: float | None = None, stall_s: float = 10.0) -> bytes:
-        """Poll counters until the report exists; returns its bytes.
+             timeout_s: float | None = None, stall_s: float = 10.0, fetch: bool = True) -> bytes:
+        """Poll counters until the report exists; returns its bytes (b"" with ``fetch=False``:
+        then read it in chunks with ``store.iter_report``).
 
         If every item is done but no report appears for ``stall_s`` (the aggregate message
         was lost, e.g. in a broker restart), the aggregate is sent again: it is idempotent.
@@ -157,11 +156,10 @@ class Coordinator:
         while True:
             if self._dispatch_error is not None:
                 raise self._dispatch_error
-            raw = self.store.get_report(run_id)
-            if raw is not None:
+            if self.store.report_size(run_id):
                 if on_progress is not None:
                     on_progress(self.progress(run_id, started))
-                return raw
+                return (self.store.get_report(run_id) or b"") if fetch else b""
             p = self.progress(run_id, started)
             if on_progress is not None:
                 on_progress(p)
@@ -208,11 +206,10 @@ class Coordinator:
             return {"dispatched": 0, "judge": 0, "replanned": 0}
         replanned = 0
         if not meta.get("planned"):
-            spec = EvalSpec.model_validate(meta["spec"])
-            blob = self.store.get_blob(run_id, "prompts")
-            prompts = [PromptSpec.model_validate(p) for p in json.loads(blob)] if blob else spec.resolved_prompts()
-            self._plan(run_id, spec, prompts, meta["trials"])
-            replanned = 1
+            # the plan streams from the user's dataset file, which only the first coordinator read;
+            # no batch is sent before the plan is complete, so nothing ran and nothing was spent
+            raise FarmError(f"run {run_id} stopped while planning, before any item was dispatched "
+                            "(nothing ran, nothing was spent); run the spec again")
         self.store.update_meta(run_id, state="running", resumed=int(meta.get("resumed", 0)) + 1)
         keys = list(self.store.iter_item_keys(run_id))
         done = self.store.done_keys(run_id, keys)

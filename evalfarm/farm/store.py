@@ -91,6 +91,16 @@ class RunStore(ABC):
     @abstractmethod
     def get_blob(self, run_id: str, name: str) -> bytes | None: ...
 
+    def report_size(self, run_id: str) -> int:
+        raw = self.get_report(run_id)
+        return len(raw) if raw is not None else 0
+
+    def iter_report(self, run_id: str, chunk: int = 4 << 20) -> Iterator[bytes]:
+        """The report's bytes in chunks, so a 100,000-item report never sits whole in memory."""
+        raw = self.get_report(run_id) or b""
+        for i in range(0, len(raw), chunk):
+            yield raw[i:i + chunk]
+
     def missing_keys(self, run_id: str) -> list[str]:
         keys = list(self.iter_item_keys(run_id))
         done = self.done_keys(run_id, keys)
@@ -387,6 +397,14 @@ class RedisStore(RunStore):
 
     def get_report(self, run_id: str) -> bytes | None:
         return self.r.get(_k(run_id, "report"))
+
+    def report_size(self, run_id: str) -> int:
+        return int(self.r.strlen(_k(run_id, "report")))
+
+    def iter_report(self, run_id: str, chunk: int = 4 << 20) -> Iterator[bytes]:
+        size = self.report_size(run_id)
+        for start in range(0, size, chunk):
+            yield self.r.getrange(_k(run_id, "report"), start, min(size, start + chunk) - 1)
 
     def runs(self) -> list[str]:
         return [r.decode() for r in self.r.zrevrange(RUNS_INDEX, 0, -1)]

@@ -8,6 +8,7 @@ records the last item claims the aggregate exactly once.
 from __future__ import annotations
 
 import json
+import threading
 from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -65,9 +66,18 @@ class RunContext:
 _CONTEXTS: "OrderedDict[str, RunContext]" = OrderedDict()
 
 
+_CONTEXT_LOCK = threading.Lock()
+
+
 def context_for(store: RunStore, run_id: str) -> RunContext | None:
+    """Built once per process and run, even when several task threads ask at once."""
     ctx = _CONTEXTS.get(run_id)
-    if ctx is None:
+    if ctx is not None:
+        return ctx
+    with _CONTEXT_LOCK:
+        ctx = _CONTEXTS.get(run_id)
+        if ctx is not None:
+            return ctx
         meta = store.get_meta(run_id)
         if meta is None:
             return None
@@ -152,8 +162,14 @@ def finalize(store: RunStore, run_id: str) -> bytes | None:
                           finished_at=finished.isoformat(timespec="milliseconds"),
                           duration_s=(finished - started).total_seconds())
     from ..artifacts import report_bytes
+    from ..report import render_markdown
 
     raw = report_bytes(report)
+    # the coordinator prints and gates from the summary and writes these bytes as they are,
+    # so it never has to parse 100,000 outcomes
+    summary = {k: v for k, v in report.to_dict().items() if k != "outcomes"}
+    store.put_blob(run_id, "summary", json.dumps(summary).encode())
+    store.put_blob(run_id, "markdown", render_markdown(report.to_dict()).encode())
     store.put_report(run_id, raw)
     store.update_meta(run_id, state="done", finished_at=report.finished_at)
     return raw

@@ -7,12 +7,13 @@ the aiohttp transport at 278 req/s (87% of ideal).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-_CLIENTS: dict[int, httpx.AsyncClient] = {}
+_CLIENTS: dict[int, tuple[asyncio.AbstractEventLoop, httpx.AsyncClient]] = {}
 
 
 def _limits() -> httpx.Limits:
@@ -23,9 +24,22 @@ def _limits() -> httpx.Limits:
 def client() -> httpx.AsyncClient:
     """The client bound to the running loop, made on first use."""
     loop = asyncio.get_running_loop()
-    c = _CLIENTS.get(id(loop))
-    if c is None or c.is_closed:
+    entry = _CLIENTS.get(id(loop))
+    if entry is None or entry[1].is_closed:
         c = httpx.AsyncClient(transport=AiohttpTransport(limits=_limits()),
                               timeout=httpx.Timeout(120.0, connect=10.0))
-        _CLIENTS[id(loop)] = c
-    return c
+        if not _CLIENTS:
+            atexit.register(close_all)
+        _CLIENTS[id(loop)] = entry = (loop, c)
+    return entry[1]
+
+
+def close_all(timeout_s: float = 2.0) -> None:
+    """Close the pooled clients whose loops still run (at exit: no 'Unclosed client session')."""
+    for key, (loop, c) in list(_CLIENTS.items()):
+        _CLIENTS.pop(key, None)
+        if loop.is_running() and not loop.is_closed():
+            try:
+                asyncio.run_coroutine_threadsafe(c.aclose(), loop).result(timeout_s)
+            except Exception:  # best effort at shutdown
+                pass
