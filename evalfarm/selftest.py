@@ -219,11 +219,9 @@ def steps() -> list[tuple[str, Callable[[], None]]]:
 
 
 def _registry_steps(collapsed_run: Callable[[], dict], good_run_passes_report: Callable[[], dict]):
-    """Gate, baseline and diff steps, when those modules are present."""
-    try:
-        from . import selftest_ci
-    except ImportError:
-        return []
+    """Gate, baseline and diff steps."""
+    from . import selftest_ci
+
     return selftest_ci.steps(collapsed_run, good_run_passes_report)
 
 

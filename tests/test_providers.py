@@ -215,4 +215,22 @@ def test_selftest_offline(tmp_path):
     res = run_cli("selftest", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "ok   truncation detected from finish_reason" in res.stdout
+    assert "ok   gate exits 1 on a collapsed run" in res.stdout
     assert res.stdout.strip().splitlines()[-1].startswith("SELFTEST PASSED")
+    assert not list(tmp_path.iterdir())  # nothing left behind
+
+
+def test_selftest_fails_on_a_broken_engine(tmp_path):
+    res = run_cli("selftest", cwd=tmp_path, EVALFARM_PLUGINS="ef_sabotage")
+    assert res.returncode == 1
+    assert "FAIL truncation detected from finish_reason" in res.stdout
+    assert res.stdout.strip().splitlines()[-1] == "SELFTEST FAILED: 1 step(s)"
+
+
+def test_selftest_refuses_the_network():
+    from evalfarm.selftest import NetworkUsed
+    import subprocess, sys
+    code = ("from evalfarm.selftest import forbid_network; forbid_network(); import socket; "
+            "socket.create_connection(('127.0.0.1', 9), timeout=1)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode != 0 and NetworkUsed.__name__ in res.stderr
