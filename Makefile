@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test bench venv clean redis-server
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,14 @@ demo: venv
 	@echo; cat "$$(ls -t .evalfarm/runs/*.md | head -1)"
 
 test: venv
+	@command -v redis-server >/dev/null 2>&1 || $(MAKE) --no-print-directory redis-server
 	$(BIN)/python -m pytest -q
+
+# The tests start their own redis-server processes; a fresh Debian machine has none.
+redis-server:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server; \
+	else echo "make test needs redis-server on PATH: apt install redis-server (or brew install redis)"; exit 2; fi
 
 bench: venv
 	$(BIN)/python bench/bench.py
