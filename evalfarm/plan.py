@@ -6,10 +6,10 @@ overwrites its result instead of adding one.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
 
-from .canonical import canonical_json, content_key
+from .canonical import canonical_json, sha256_hex
 from .spec import EvalSpec, PromptSpec
 
 
@@ -19,10 +19,13 @@ class Item:
     prompt: PromptSpec
     adapter: str
     trial: int
+    prompt_json: str | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> str:
-        return canonical_json({"key": self.key, "prompt": self.prompt.model_dump(),
-                               "adapter": self.adapter, "trial": self.trial})
+        # the canonical JSON of {"adapter", "key", "prompt", "trial"}, with the prompt's JSON made once
+        pj = self.prompt_json or prompt_json(self.prompt)
+        return (f'{{"adapter":{canonical_json(self.adapter)},"key":{canonical_json(self.key)},'
+                f'"prompt":{pj},"trial":{self.trial}}}')
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Item":
@@ -30,18 +33,31 @@ class Item:
                    adapter=data["adapter"], trial=data["trial"])
 
 
-def item_key(prompt: PromptSpec, adapter_config: dict[str, Any], trial: int,
+def prompt_json(prompt: PromptSpec) -> str:
+    return canonical_json(prompt.model_dump(mode="json"))
+
+
+def item_key(prompt: PromptSpec | str, adapter_config: dict[str, Any], trial: int,
              judge_config: dict[str, Any] | None) -> str:
-    return content_key({"prompt": prompt.model_dump(), "adapter": adapter_config,
-                        "trial": trial, "judge": judge_config})
+    """sha256 of the canonical JSON of {adapter, judge, prompt, trial} (``prompt`` may be its JSON)."""
+    pj = prompt if isinstance(prompt, str) else prompt_json(prompt)
+    return sha256_hex(f'{{"adapter":{canonical_json(adapter_config)},"judge":{canonical_json(judge_config)},'
+                      f'"prompt":{pj},"trial":{trial}}}')
 
 
 def iter_items(spec: EvalSpec, prompts: Iterable[PromptSpec], adapter_configs: dict[str, dict[str, Any]],
-               judge_config: dict[str, Any] | None, trials: int | None = None) -> Iterator[Item]:
-    """Items in a stable order: prompt, then adapter, then trial (one pass over the prompts)."""
+               judge_config: dict[str, Any] | None, trials: int | None = None,
+               on_prompt: Callable[[str], None] | None = None) -> Iterator[Item]:
+    """Items in a stable order: prompt, then adapter, then trial (one pass over the prompts).
+    ``on_prompt`` sees each prompt's canonical JSON once (the spec hash streams from it)."""
     n_trials = trials or spec.trials
+    adapters = [(a, canonical_json(adapter_configs[a])) for a in spec.adapter_ids]
+    judge = canonical_json(judge_config)
     for prompt in prompts:
-        for adapter in spec.adapter_ids:
+        pj = prompt_json(prompt)
+        if on_prompt is not None:
+            on_prompt(pj)
+        for adapter, adapter_json in adapters:
             for trial in range(n_trials):
-                yield Item(item_key(prompt, adapter_configs[adapter], trial, judge_config),
-                           prompt, adapter, trial)
+                key = sha256_hex(f'{{"adapter":{adapter_json},"judge":{judge},"prompt":{pj},"trial":{trial}}}')
+                yield Item(key, prompt, adapter, trial, pj)

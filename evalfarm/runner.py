@@ -66,15 +66,30 @@ def spec_line(spec: EvalSpec, loc: tuple) -> int | None:
     return line_for(lines, loc) if lines else None
 
 
+class SpecHasher:
+    """Hash of the spec without its prompt sources, then every prompt's canonical JSON, streamed."""
+
+    def __init__(self, spec: EvalSpec) -> None:
+        import hashlib
+
+        from .canonical import canonical_json
+
+        self._h = hashlib.sha256(canonical_json(spec.model_dump(mode="json",
+                                                                exclude={"prompts", "dataset"})).encode())
+
+    def update(self, prompt_json: str) -> None:
+        self._h.update(b"\n" + prompt_json.encode())
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
 def spec_hash(spec: EvalSpec, prompts: Iterable[PromptSpec]) -> str:
-    """Hash of the spec without its prompt sources, then every prompt, streamed."""
-    import hashlib
+    from .plan import prompt_json
 
-    from .canonical import canonical_json
-
-    h = hashlib.sha256(canonical_json(spec.model_dump(mode="json", exclude={"prompts", "dataset"})).encode())
+    h = SpecHasher(spec)
     for p in prompts:
-        h.update(b"\n" + canonical_json(p.model_dump(mode="json")).encode())
+        h.update(prompt_json(p))
     return h.hexdigest()
 
 

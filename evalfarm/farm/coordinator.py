@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import FarmError
 from ..plan import iter_items
-from ..runner import make_adapters, make_judge, new_run_id, spec_hash, utc_now
+from ..runner import SpecHasher, make_adapters, make_judge, new_run_id, utc_now
 from ..spec import EvalSpec, PromptSpec
 from .app import AGGREGATE, JUDGE_BATCH, RUN_BATCH, create_app
 from .settings import FarmSettings, pick_batch_size
@@ -78,24 +78,38 @@ class Coordinator:
         total = spec.prompt_count() * len(spec.adapter_ids) * n_trials
         run_id = run_id or new_run_id()
         meta = {"run_id": run_id, "spec": spec.model_dump(mode="json", by_alias=True),
-                "spec_hash": spec_hash(spec, spec.iter_prompts()), "trials": n_trials, "total": total,
-                "mode": self.mode,
+                "spec_hash": None, "trials": n_trials, "total": total, "mode": self.mode,
                 "started_at": utc_now(), "state": "planning", "planned": False,
                 "batch_size": pick_batch_size(total, self.settings.batch_size), "adapters": spec.adapter_ids,
                 "options": options or {}}
         self.store.create_run(run_id, meta)
-        self._plan(run_id, spec, spec.iter_prompts(), n_trials)
-        self._dispatch(run_id, self._batches(self.store.iter_item_keys(run_id), meta["batch_size"]))
+        if self.settings.embedded:
+            # in-process: batches start while the plan is still being written (nothing to resume)
+            self._dispatch(run_id, self._plan(run_id, spec, spec.iter_prompts(), n_trials, meta["batch_size"]))
+        else:
+            # the farm: the whole plan is stored before the first batch leaves, so a coordinator that
+            # dies mid-dispatch leaves a run that `resume` can finish exactly
+            for _ in self._plan(run_id, spec, spec.iter_prompts(), n_trials, meta["batch_size"]):
+                pass
+            self._dispatch(run_id, self._batches(self.store.iter_item_keys(run_id), meta["batch_size"]))
         return run_id
 
-    def _plan(self, run_id: str, spec: EvalSpec, prompts: Iterable[PromptSpec], trials: int) -> None:
+    def _plan(self, run_id: str, spec: EvalSpec, prompts: Iterable[PromptSpec], trials: int,
+              batch_size: int) -> Iterator[list[str]]:
+        """Write the items to the store in chunks, yielding batches of keys as they are stored;
+        the spec hash streams from the same pass and is in the meta before the last batch."""
         adapters = make_adapters(spec)
         judge = make_judge(spec)
+        hasher = SpecHasher(spec)
         items = iter_items(spec, prompts, {a: ad.config() for a, ad in adapters.items()},
-                           judge.config() if judge else None, trials)
-        for chunk in batched(items, 1000):
+                           judge.config() if judge else None, trials, on_prompt=hasher.update)
+        pending: list[list[str]] = []
+        for chunk in batched(items, max(batch_size, 1000 // batch_size * batch_size)):
             self.store.add_items(run_id, [(i.key, i.to_json()) for i in chunk])
-        self.store.update_meta(run_id, planned=True, state="dispatching")
+            yield from pending
+            pending = list(batched([i.key for i in chunk], batch_size))
+        self.store.update_meta(run_id, planned=True, state="dispatching", spec_hash=hasher.hexdigest())
+        yield from pending
 
     @staticmethod
     def _batches(keys: Iterable[str], size: int) -> Iterator[list[str]]:
