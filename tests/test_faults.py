@@ -58,6 +58,16 @@ def check_exactly_once(report: dict, spec_path: Path, n: int) -> None:
     assert view["outcomes"] == ref["outcomes"]
 
 
+def wait_run(run_id: str, url: str, *extra: str, timeout: int = 90):
+    """`evalfarm wait`; on failure the assertion message carries `evalfarm status` for diagnosis."""
+    res = run_cli("wait", run_id, "--json", "--no-save", "--timeout", str(timeout), *extra, broker=url,
+                  timeout=timeout + 60, **PLUGINS)
+    if res.returncode != 0:
+        status = run_cli("status", run_id, broker=url).stdout
+        raise AssertionError(f"wait exited {res.returncode}: {res.stderr[-500:]}\n{status}")
+    return res
+
+
 def detach(spec: Path, url: str, *extra: str, **env: str) -> str:
     res = run_cli("run", str(spec), "--detach", "--batch-size", "20", *extra, broker=url, **{**PLUGINS, **env})
     assert res.returncode == 0, res.stderr
@@ -73,8 +83,7 @@ def test_sigkill_worker_mid_run(tmp_path, redis_server, start_worker):
     done_at_kill = counts(redis_server.url, run_id)["done"]
     assert done_at_kill < 400
     start_worker(redis_server.url, concurrency=2, **PLUGINS)
-    res = run_cli("wait", run_id, "--json", "--no-save", "--timeout", "120", broker=redis_server.url, **PLUGINS)
-    assert res.returncode == 0, res.stderr
+    res = wait_run(run_id, redis_server.url)
     check_exactly_once(json.loads(res.stdout), spec, 400)
     c = counts(redis_server.url, run_id)
     assert c["done"] == 400 and c["executed"] >= 400
@@ -136,8 +145,7 @@ def test_task_delivered_twice_is_counted_once(tmp_path, redis_server, start_work
     for message in queued:  # every batch message delivered a second time
         r.lpush("provider", message)
     start_worker(redis_server.url, concurrency=4, **PLUGINS)
-    res = run_cli("wait", run_id, "--json", "--no-save", "--timeout", "120", broker=redis_server.url, **PLUGINS)
-    assert res.returncode == 0, res.stderr
+    res = wait_run(run_id, redis_server.url)
     report = json.loads(res.stdout)
     check_exactly_once(report, spec, 200)
     c = counts(redis_server.url, run_id)

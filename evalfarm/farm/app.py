@@ -19,7 +19,10 @@ def transport_options(visibility_timeout: int) -> dict:
     often enough (kombu's default sweep runs every ~100 s) that a dead worker's work moves on."""
     return {"visibility_timeout": visibility_timeout,
             "unacked_restore_interval": max(1, min(10, visibility_timeout // 5)),
-            "unacked_restore_throttle": 1}
+            "unacked_restore_throttle": 1,
+            # the sweep holds a mutex; kombu's default expiry (300 s) means a worker SIGKILLed
+            # mid-sweep blocks every other worker's recovery for five minutes
+            "unacked_mutex_expire": 10}
 
 
 def create_app(settings: FarmSettings, pool: Pool | None = None) -> Celery:
