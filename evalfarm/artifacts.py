@@ -19,19 +19,76 @@ def runs_dir(state_dir: Path | str) -> Path:
     return Path(state_dir) / "runs"
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temp file and rename, so readers never see half a file."""
+def _umask_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def write_stream(path: Path, chunks: Iterable[bytes]) -> str:
+    """Write chunks so readers never see half a file; returns the SHA-256 of the bytes.
+
+    A regular file is replaced atomically (temp file + rename, with the usual umask mode). A
+    symlink is followed, and a device or pipe (``/dev/stdout``, a FIFO) is written in place:
+    replacing those would destroy them.
+    """
+    import hashlib
+    import stat
+
+    path = Path(path)
+    digest = hashlib.sha256()
+    if path.is_symlink():
+        path = path.resolve()
+    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+        with open(path, "wb") as fh:
+            for chunk in chunks:
+                digest.update(chunk)
+                fh.write(chunk)
+        return digest.hexdigest()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            for chunk in chunks:
+                digest.update(chunk)
+                fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, _umask_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return digest.hexdigest()
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` atomically (see write_stream)."""
+    write_stream(path, [data])
+
+
+def check_writable(path: Path, what: str) -> None:
+    """Before a run spends anything: a file we will write later must be writable, or exit 2 now."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{what} {path}: is a directory; give a file path")
+    parent = path.resolve().parent if path.is_symlink() else path.parent
+    probe = parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"{what} {path}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} {path}: {probe} is not writable")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UsageError(f"{what} {path}: the file is not writable")
+
+
+def check_state_dir(state_dir: Path) -> None:
+    state_dir = Path(state_dir)
+    if state_dir.exists() and not state_dir.is_dir():
+        raise UsageError(f"--state-dir {state_dir}: is not a directory")
+    check_writable(state_dir / "runs" / "probe.json", "--state-dir")
 
 
 def report_bytes(report: RunReport | dict[str, Any]) -> bytes:
@@ -60,27 +117,6 @@ def save_report(report: RunReport | dict[str, Any], state_dir: Path | str = DEFA
     atomic_write(lineage_path, (json.dumps(stub, indent=2) + "\n").encode())
     atomic_write(json_path, body)  # last: a run is listed only once all three exist
     return json_path, md_path
-
-
-def write_stream(path: Path, chunks: Iterable[bytes]) -> str:
-    """Write chunks atomically (temp file + rename); returns the SHA-256 of the bytes."""
-    import hashlib
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            for chunk in chunks:
-                digest.update(chunk)
-                fh.write(chunk)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return digest.hexdigest()
 
 
 def save_report_stream(summary: dict[str, Any], chunks: Iterable[bytes], state_dir: Path | str,
@@ -131,10 +167,34 @@ def resolve_run(ref: str, state_dir: Path | str = DEFAULT_STATE_DIR) -> Path:
 
 
 def load_report(path: Path) -> dict[str, Any]:
+    """A stored report, checked for the shape every reader relies on (exit 2 otherwise)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"{path}: not a readable evalfarm report ({exc})") from None
-    if not isinstance(data, dict) or "per_adapter" not in data:
-        raise UsageError(f"{path}: not an evalfarm report (no per_adapter)")
+    problem = _report_problem(data)
+    if problem:
+        raise UsageError(f"{path}: not an evalfarm report ({problem})")
     return data
+
+
+def _report_problem(data: Any) -> str | None:
+    from .report import SCHEMA
+
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    if data.get("schema") != SCHEMA:
+        return f"schema is {data.get('schema')!r}, expected {SCHEMA!r}"
+    if not isinstance(data.get("run_id"), str):
+        return "no run_id"
+    per = data.get("per_adapter")
+    if not isinstance(per, dict) or not all(isinstance(f, dict) for f in per.values()):
+        return "per_adapter is not a mapping of adapter figures"
+    outcomes = data.get("outcomes")
+    if not isinstance(outcomes, list) or not all(isinstance(o, dict) and "adapter" in o and "prompt_id" in o
+                                                 for o in outcomes):
+        return "outcomes is not a list of items"
+    for key in ("thresholds_passed", "nothing_measured"):
+        if not isinstance(data.get(key), bool):
+            return f"{key} is not true/false"
+    return None

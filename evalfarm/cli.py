@@ -17,14 +17,40 @@ from .errors import EXIT_USAGE, EvalfarmError
 
 
 class EvalfarmGroup(click.Group):
-    """Turns our errors into one line on stderr with the documented exit code."""
+    """Turns our errors, click's usage errors and OS errors into one line on stderr with the
+    documented exit code (2 for bad usage or input)."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except EvalfarmError as exc:
             click.echo(f"evalfarm: error: {exc}", err=True)
-            ctx.exit(exc.exit_code)
+            sys.exit(exc.exit_code)
+        except OSError as exc:  # a path the user gave that cannot be written or read
+            from .redact import redact
+
+            where = f"{exc.filename}: " if exc.filename else ""
+            click.echo(f"evalfarm: error: {where}{redact(exc.strerror or str(exc))}", err=True)
+            sys.exit(EXIT_USAGE)
+
+    def main(self, *args, **kwargs):
+        kwargs["standalone_mode"] = False
+        try:
+            super().main(*args, **kwargs)
+            return None  # as in click's standalone mode, a command's return value is not the exit code
+        except click.UsageError as exc:
+            hint = f" (see 'evalfarm {exc.ctx.command_path.split(' ', 1)[1]} --help')" \
+                if exc.ctx is not None and " " in exc.ctx.command_path else " (see 'evalfarm --help')"
+            click.echo(f"evalfarm: error: {exc.format_message()}{hint}", err=True)
+            sys.exit(EXIT_USAGE)
+        except click.ClickException as exc:
+            click.echo(f"evalfarm: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("evalfarm: aborted", err=True)
+            sys.exit(130)
 
     def resolve_command(self, ctx, args):
         aliases = {"ls": "list"}
@@ -107,8 +133,25 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
     if tags or cases:
         spec.restrict_to(tags, cases)
     spec, _ = apply_prompt_version(spec, ci.get("prompt_version"), state_dir=state_dir)  # before anything is sent
-    if output is not None and output.exists() and output.is_dir():
-        raise EvalfarmError(f"--output {output}: is a directory; give a file path")
+    from .artifacts import check_state_dir, check_writable
+
+    # every file this run will write is checked now, before anything is spent
+    for flag, path in (("--output", output), ("--junit", ci.get("junit")), ("--pr-summary", ci.get("pr_summary"))):
+        if path is not None:
+            check_writable(Path(path), flag)
+    if not no_save:
+        check_state_dir(state_dir)
+        from .registry import Registry
+
+        if (state_dir / "registry.db").exists():
+            Registry(state_dir).runs(spec=spec.name)  # a corrupt registry stops the run here, not after it
+    if detach:
+        dropped = [f for f, v in (("--output", output), ("--json", as_json), ("--gate", ci.get("gate")),
+                                  ("--promote", ci.get("promote")), ("--baseline", ci.get("baseline")),
+                                  ("--junit", ci.get("junit")), ("--pr-summary", ci.get("pr_summary"))) if v]
+        if dropped:
+            raise EvalfarmError(f"--detach returns before the report exists, so {', '.join(dropped)} cannot "
+                                "apply; drop them, then 'evalfarm wait RUN' and 'evalfarm gate RUN' later")
     overrides: dict = {"batch_size": batch_size} if batch_size else {}
     if concurrency:
         overrides["max_in_flight"] = concurrency

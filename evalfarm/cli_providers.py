@@ -63,6 +63,9 @@ def rubric(spec_arg: str, case_id: str | None, case_input: str | None, tags: tup
         raise UsageError("--spec: the specification is empty")
     if not base_url:
         raise UsageError("no endpoint: pass --base-url or set EVAL_BASE_URL")
+    from .redact import register_secret_env
+
+    register_secret_env(api_key_env)
     endpoint = Endpoint(base_url, model, api_key_env)
     try:
         case = PROCESS_LOOP.run(lambda: draft_case(text, lambda m: chat(endpoint, m), case_id, case_input,

@@ -104,7 +104,16 @@ def bind_environment(spec: EvalSpec, base_url: str | None = None, judge_base_url
 
     from .spec import AdapterSpec
 
+    from .errors import SpecError
+    from .spec import check_base_url
+
     env_url = os.environ.get("EVAL_BASE_URL") or None
+    for source, url in (("--base-url", base_url), ("--judge-base-url", judge_base_url), ("EVAL_BASE_URL", env_url),
+                        ("EVAL_JUDGE_BASE_URL", os.environ.get("EVAL_JUDGE_BASE_URL") or None)):
+        try:
+            check_base_url(url)
+        except ValueError as exc:
+            raise SpecError(str(exc), field=source) from None
     adapters = []
     for a in spec.adapters:
         if isinstance(a, AdapterSpec):

@@ -157,9 +157,24 @@ class AdapterSpec(_Model):
     @field_validator("api_key_env")
     @classmethod
     def _env_name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
-            raise ValueError("must be the NAME of an environment variable (never the key itself)")
-        return value
+        return check_env_name(value)
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        return check_base_url(value)
+
+
+def check_env_name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        raise ValueError("must be the NAME of an environment variable (never the key itself)")
+    return value
+
+
+def check_base_url(value: str | None) -> str | None:
+    if value is not None and not re.match(r"https?://[^/\s]+", value):
+        raise ValueError(f"{value!r} is not an http:// or https:// URL")
+    return value
 
 
 class JudgeSpec(_Model):
@@ -178,6 +193,16 @@ class JudgeSpec(_Model):
     timeout_s: float = Field(default=120.0, gt=0)
     max_in_flight: int | None = Field(default=None, ge=1)
     requests_per_minute: int | None = Field(default=None, ge=1)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        return check_env_name(value)
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        return check_base_url(value)
 
 
 class Thresholds(_Model):
@@ -386,6 +411,25 @@ def _message(err: dict, model: type[BaseModel]) -> str:
     return msg
 
 
+_UNION_TAGS = {"str", "AdapterSpec", "JudgeSpec", "PromptSpec"}
+
+
+def _useful_errors(errors: list[dict]) -> list[dict]:
+    """For ``str | AdapterSpec`` entries pydantic reports both branches; keep the branch that
+    matches what the user wrote (a mapping is an adapter object) and drop the union tags from
+    the location, so the message names the real field and line."""
+    kept = []
+    for err in errors:
+        loc = tuple(err["loc"])
+        if "str" in loc and isinstance(err.get("input"), dict):
+            continue
+        if "AdapterSpec" in loc and loc[-1] == "AdapterSpec" and isinstance(err.get("input"), str):
+            continue
+        err = dict(err, loc=tuple(p for p in loc if p not in _UNION_TAGS or not isinstance(p, str)))
+        kept.append(err)
+    return kept or errors
+
+
 def parse_spec(data: Any, *, path: Path, lines: dict | None = None) -> EvalSpec:
     """Validate already-parsed YAML data into an EvalSpec with file:line errors."""
     lines = lines or {}
@@ -395,7 +439,7 @@ def parse_spec(data: Any, *, path: Path, lines: dict | None = None) -> EvalSpec:
     try:
         spec = EvalSpec.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors()
+        errors = _useful_errors(exc.errors())
         err = errors[0]
         loc = tuple(err["loc"])
         more = f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""

@@ -188,6 +188,35 @@ def test_secrets_never_written(tmp_path, provider, redis_server, start_worker):
             assert all(secret.encode() not in v for v in r.hvals(key))
 
 
+def test_a_key_echoed_in_an_error_is_redacted_whatever_its_variable(tmp_path, provider):
+    leaked = "wrong-but-real-looking-key-42"
+    p = provider("--api-key", "the-right-key-0000")
+    cases(tmp_path, {"id": "a", "input": "hi"})
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"name": "leak", "dataset": "cases.yaml", "adapters": [
+        {"id": "m", "model": "m", "base_url": p.url, "api_key_env": "LLM_CRED"}]}))
+    res = run_cli("run", str(spec), "--state-dir", "st", "--json", cwd=tmp_path, LLM_CRED=leaked)
+    assert res.returncode == 3
+    err = json.loads(res.stdout)["outcomes"][0]["error"]
+    assert err["class"] == "AuthError" and "invalid api key: Bearer ***" in err["message"]
+    for f in (tmp_path / "st").rglob("*"):
+        if f.is_file():
+            assert leaked not in f.read_text(errors="replace"), f
+    assert leaked not in res.stdout + res.stderr
+
+
+def test_bad_endpoint_urls_stop_before_the_run(tmp_path):
+    cases(tmp_path, {"id": "a", "input": "hi"})
+    res = run_cli("run", "--dataset", "cases.yaml", "--model", "m", "--base-url", "not-a-url", "--no-save", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip() == \
+        "evalfarm: error: --base-url: 'not-a-url' is not an http:// or https:// URL"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"name": "s", "dataset": "cases.yaml", "adapters": [
+        {"id": "m", "model": "m", "base_url": "localhost:8788"}]}))
+    res = run_cli("run", str(spec), "--no-save", cwd=tmp_path)
+    assert res.returncode == 2 and "spec.yaml:2: adapters[0].base_url: 'localhost:8788' is not an http" in res.stderr
+
+
 def test_base_url_from_env_and_flag_wins(tmp_path, provider):
     p = provider()
     cases(tmp_path, {"id": "a", "input": "hi"})

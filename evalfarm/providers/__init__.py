@@ -11,7 +11,10 @@ def openai_judge(spec: JudgeSpec) -> LLMJudge:
     if not spec.base_url:
         raise KeyError("the judge has no base_url: set judge.base_url, pass --judge-base-url, "
                        "or set EVAL_JUDGE_BASE_URL / EVAL_BASE_URL")
+    from ..redact import register_secret_env
     from .limits import Limits
+
+    register_secret_env(spec.api_key_env)
 
     endpoint = Endpoint(spec.base_url, spec.model, spec.api_key_env, spec.timeout_s, spec.price, dict(spec.params),
                         Limits(spec.max_in_flight, spec.requests_per_minute))

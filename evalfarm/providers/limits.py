@@ -97,10 +97,12 @@ def set_limiter_factory(factory: Callable[[str, Limits], Limiter] | None) -> Non
 
 
 def limiter_for(base_url: str, api_key_env: str, limits: Limits = Limits()) -> Limiter:
-    """One limiter per (endpoint, key); the first limits seen for it apply."""
+    """One limiter per (endpoint, key, limits): a long-lived worker applies each run's own limits.
+    The fleet-wide pause key is per (endpoint, key) whatever the limits."""
     eid = endpoint_id(base_url, api_key_env)
-    lim = _LIMITERS.get(eid)
+    cache_key = f"{eid}:{limits.max_in_flight}:{limits.requests_per_minute}"
+    lim = _LIMITERS.get(cache_key)
     if lim is None:
         lim = _FACTORY(eid, limits) if _FACTORY else LocalLimiter(limits)
-        _LIMITERS[eid] = lim
+        _LIMITERS[cache_key] = lim
     return lim

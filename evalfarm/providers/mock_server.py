@@ -104,7 +104,8 @@ class MockProvider:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
         if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
-            return self._error(401, "invalid api key")
+            # like some gateways, echo what was sent: clients must redact it from their errors
+            return self._error(401, f"invalid api key: {request.headers.get('Authorization', '(none)')}")
         try:
             body = await request.json()
             messages = body["messages"]

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 
 from ..adapters import Completion
-from ..redact import redact
+from ..redact import redact, register_secret_env
 from ..spec import AdapterSpec, Price, PromptSpec
-from .errors import BadResponse, ProviderError, TransportError, error_for_status
+from .errors import BadResponse, ClientError, ProviderError, TransportError, error_for_status
 from .http import client
 from .limits import Limiter, Limits, limiter_for
 from .retry import RetryPolicy, parse_retry_after, with_retries
@@ -63,8 +63,13 @@ async def _post_once(ep: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
     try:
         resp = await client().post(ep.url, content=json.dumps(body), headers=headers, timeout=timeout)
         raw = await resp.aread()
+    except httpx.ConnectTimeout:
+        raise TransportError(f"could not connect to {ep.url} (refused or unreachable; connect timeout "
+                             f"{min(10.0, ep.timeout_s):g} s)") from None
     except httpx.TimeoutException as exc:
-        raise TransportError(f"timeout after {ep.timeout_s:g} s calling {ep.url} ({type(exc).__name__})") from None
+        raise TransportError(f"no answer from {ep.url} within {ep.timeout_s:g} s ({type(exc).__name__})") from None
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+        raise ClientError(f"bad endpoint URL {ep.url}: {redact(str(exc))}") from None
     except (httpx.TransportError, OSError) as exc:
         raise TransportError(f"connection failed to {ep.url}: {type(exc).__name__}: {redact(str(exc))}") from None
     text = raw.decode("utf-8", errors="replace")
@@ -91,7 +96,8 @@ async def chat(ep: Endpoint, messages: list[dict[str, str]], params: dict[str, A
                 return await _post_once(ep, body)
             except ProviderError as exc:
                 if exc.status == 429 and exc.retry_after is not None:
-                    await limiter.pause(exc.retry_after)
+                    # a server asking for a day must not freeze the fleet for a day
+                    await limiter.pause(min(exc.retry_after, policy.max_retry_after_s))
                 raise
 
     data = await with_retries(once, policy)
@@ -117,6 +123,7 @@ class OpenAIAdapter:
             raise KeyError(f"adapter {spec.id!r} has no base_url: set it in the spec, pass --base-url "
                            "or set EVAL_BASE_URL")
         self.id, self.spec = spec.id, spec
+        register_secret_env(spec.api_key_env)
         self.endpoint = Endpoint(spec.base_url, spec.model, spec.api_key_env, spec.timeout_s, spec.price,
                                  dict(spec.params), Limits(spec.max_in_flight, spec.requests_per_minute))
 
