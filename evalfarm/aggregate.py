@@ -116,9 +116,16 @@ _METRICS = (("golden_pass_rate", "golden_pass_rate_min"), ("judge_mean", "judge_
 
 
 def threshold_failures(per_adapter: dict[str, dict[str, Any]], thresholds: Thresholds) -> list[str]:
-    """Each failure as ``adapter: metric value < min``; an unmeasured metric fails too."""
+    """Each failure as ``adapter: metric value < min``; an unmeasured metric fails too, and so
+    does an error rate above ``max_error_rate``."""
     failures = []
     for adapter, fig in per_adapter.items():
+        limit_err = getattr(thresholds, "max_error_rate", None)
+        if limit_err is not None and fig.get("items") and 0 < fig.get("measured", 0):
+            rate = fig["errors"] / fig["items"]
+            if rate > limit_err:
+                failures.append(f"{adapter}: error_rate {rate:.4f} > max {limit_err:g} "
+                                f"({fig['errors']} of {fig['items']} items errored)")
         for metric, limit_name in _METRICS:
             limit = getattr(thresholds, limit_name)
             if limit is None:

@@ -235,7 +235,10 @@ def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str
         raise EvalfarmError("a worker needs a broker: pass --broker redis://HOST:6379/0 "
                             "or set EVALFARM_BROKER_URL")
     spec = POOLS[pool]
-    settings = FarmSettings.from_env(broker_url=broker)
+    import os
+
+    limit = float(os.environ.get("EVALFARM_TASK_TIME_LIMIT") or spec.soft_time_limit)
+    settings = FarmSettings.from_env(broker_url=broker, time_limit_s=limit)
     app = create_app(settings, pool=spec)
     app.worker_main(["worker", "-Q", ",".join(spec.queues), "-P", "threads",
                      "-c", str(concurrency or spec.concurrency), "--loglevel", loglevel,

@@ -29,6 +29,15 @@ def mock_provider(host: str, port: int, latency_ms: float, error_rate: float, ra
         rules = load_script(script) if script else None
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from None
+    import socket
+
+    with socket.socket() as probe:  # one clear line for a busy port, before aiohttp's traceback
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise UsageError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror}); "
+                             "pick another port") from None
     serve(host, port, MockProvider(latency_ms, error_rate, rate_limit, api_key, rules, seed))
 
 

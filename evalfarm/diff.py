@@ -22,32 +22,40 @@ EXACT_BELOW = 25  # discordant pairs: exact binomial below, chi-square (continui
 
 
 def _winner(delta: float, tolerance: float) -> str:
-    if delta > tolerance:
+    """Outside the tolerance band by more than float noise (0.51 - 0.50 is a tie at 0.01)."""
+    delta = round(delta, 9)
+    if delta > tolerance + 1e-9:
         return "b"
-    if delta < -tolerance:
+    if delta < -tolerance - 1e-9:
         return "a"
     return "tie"
 
 
 def diff_reports(a: dict[str, Any], b: dict[str, Any], tolerance: float = 0.01) -> dict[str, Any]:
-    """An adapter present in one run only counts 0 on the other side."""
+    """An adapter present in one run only counts 0 on the other side. An adapter present in both
+    whose items all errored on a side was not measured there: its winner is "unmeasured" and it
+    stays out of the overall mean (a configuration problem never reads as a quality decline)."""
     adapters = list(a["per_adapter"]) + [x for x in b["per_adapter"] if x not in a["per_adapter"]]
     rows: dict[str, dict[str, Any]] = {}
     for adapter in adapters:
+        in_a, in_b = adapter in a["per_adapter"], adapter in b["per_adapter"]
         fa, fb = a["per_adapter"].get(adapter, {}), b["per_adapter"].get(adapter, {})
+        unmeasured = (in_a and fa.get("overall") is None) or (in_b and fb.get("overall") is None)
         oa, ob = fa.get("overall") or 0.0, fb.get("overall") or 0.0
         ga, gb = fa.get("golden_pass_rate") or 0.0, fb.get("golden_pass_rate") or 0.0
         rows[adapter] = {
             "overall_a": oa, "overall_b": ob, "overall_delta": round(ob - oa, 6),
             "golden_rate_a": ga, "golden_rate_b": gb, "golden_rate_delta": round(gb - ga, 6),
-            "in_a": adapter in a["per_adapter"], "in_b": adapter in b["per_adapter"],
-            "winner": _winner(ob - oa, tolerance),
+            "in_a": in_a, "in_b": in_b, "measured": not unmeasured,
+            "winner": "unmeasured" if unmeasured else _winner(ob - oa, tolerance),
         }
-    mean_a = sum(r["overall_a"] for r in rows.values()) / len(rows) if rows else 0.0
-    mean_b = sum(r["overall_b"] for r in rows.values()) / len(rows) if rows else 0.0
+    counted = [r for r in rows.values() if r["measured"]]
+    mean_a = sum(r["overall_a"] for r in counted) / len(counted) if counted else 0.0
+    mean_b = sum(r["overall_b"] for r in counted) / len(counted) if counted else 0.0
     return {"a": a.get("run_id"), "b": b.get("run_id"), "tolerance": tolerance, "per_adapter": rows,
             "overall_a": round(mean_a, 6), "overall_b": round(mean_b, 6),
-            "overall_delta": round(mean_b - mean_a, 6), "winner": _winner(mean_b - mean_a, tolerance)}
+            "overall_delta": round(mean_b - mean_a, 6),
+            "winner": _winner(mean_b - mean_a, tolerance) if counted else "unmeasured"}
 
 
 # --- cases -------------------------------------------------------------------------------------------

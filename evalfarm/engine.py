@@ -150,24 +150,41 @@ async def run_items(items: Iterable[Item], adapters: dict[str, Adapter], judge: 
     return list(await asyncio.gather(*(one(i) for i in items)))
 
 
+class DeadlineExceeded(Exception):
+    """The batch's time limit passed before this item finished: a runtime error, never quality."""
+
+
+async def _within(deadline: float | None, coro, item: Item, stage: str, partial: Outcome | None = None) -> Outcome:
+    """Await ``coro`` until ``deadline`` (time.monotonic); past it, the item is a runtime error.
+    Celery's thread pool ignores task time limits, so the limit is enforced here."""
+    if deadline is None:
+        return await coro
+    try:
+        return await asyncio.wait_for(coro, timeout=max(0.0, deadline - time.monotonic()))
+    except asyncio.TimeoutError:
+        out = partial or Outcome(key=item.key, prompt_id=item.prompt.id, adapter=item.adapter, trial=item.trial)
+        out.error = _error(DeadlineExceeded("the task's time limit passed before this item finished"), stage)
+        return finish_outcome(out, None)
+
+
 async def call_items(items: Iterable[Item], adapters: dict[str, Adapter], max_in_flight: int = 64,
-                     cache: ResponseCache | None = None) -> list[Outcome]:
+                     cache: ResponseCache | None = None, deadline: float | None = None) -> list[Outcome]:
     sem = asyncio.Semaphore(max_in_flight)
 
     async def one(item: Item) -> Outcome:
         async with sem:
-            return await call_item(item, adapters[item.adapter], cache)
+            return await _within(deadline, call_item(item, adapters[item.adapter], cache), item, "adapter")
 
     return list(await asyncio.gather(*(one(i) for i in items)))
 
 
 async def judge_items(pairs: list[tuple[Item, Outcome]], judge: Judge | None, pass_score: float | None,
-                      max_in_flight: int = 64) -> list[Outcome]:
+                      max_in_flight: int = 64, deadline: float | None = None) -> list[Outcome]:
     sem = asyncio.Semaphore(max_in_flight)
 
     async def one(item: Item, out: Outcome) -> Outcome:
         async with sem:
-            return await judge_item(item, out, judge, pass_score)
+            return await _within(deadline, judge_item(item, out, judge, pass_score), item, "judge", out)
 
     return list(await asyncio.gather(*(one(i, o) for i, o in pairs)))
 

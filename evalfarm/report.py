@@ -101,12 +101,16 @@ def render_markdown(report: dict[str, Any], max_failures: int = 50) -> str:
     else:
         verdict = "PASSED" if report["thresholds_passed"] else "FAILED"
     lines += [f"- result: **{verdict}**", "",
-              "| adapter | prompts | items | errors | golden pass rate | judge mean | overall | p50 ms | p95 ms |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| adapter | prompts | items | errors | golden pass rate | judge mean | overall | p50 ms | p95 ms "
+              "| tokens in | tokens out | cost $ | judge tokens | judge $ |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for adapter, f in report["per_adapter"].items():
         lines.append(f"| {adapter} | {f['prompts']} | {f['items']} | {f['errors']} | "
                      f"{_fmt(f['golden_pass_rate'], True)} | {_fmt(f['judge_mean'])} | {_fmt(f['overall'])} | "
-                     f"{_fmt(f['latency_ms_p50'])} | {_fmt(f['latency_ms_p95'])} |")
+                     f"{_fmt(f['latency_ms_p50'])} | {_fmt(f['latency_ms_p95'])} | {f.get('tokens_in', 0)} | "
+                     f"{f.get('tokens_out', 0)} | {f.get('cost_usd') or 0:.6f} | "
+                     f"{f.get('judge_tokens_in', 0) + f.get('judge_tokens_out', 0)} | "
+                     f"{f.get('judge_cost_usd') or 0:.6f} |")
     cost = report.get("cost") or {}
     if cost:
         lines.append(f"\nSpend: models ${cost['model_usd']:.6f}, judge ${cost['judge_usd']:.6f} "

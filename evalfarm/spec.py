@@ -211,6 +211,9 @@ class Thresholds(_Model):
     golden_pass_rate_min: float | None = Field(default=None, ge=0.0, le=1.0)
     judge_score_min: float | None = Field(default=None, ge=0.0, le=1.0)
     overall_score_min: float | None = Field(default=None, ge=0.0, le=1.0)
+    # quality rates count measured items only, so a run where most items errored could still "pass":
+    # above this share of runtime errors an adapter fails its thresholds (null turns the check off)
+    max_error_rate: float | None = Field(default=0.5, ge=0.0, le=1.0)
     # the gate's brakes against a baseline (evalfarm/gate.py): the overall score may fall at most
     # max_drop below the baseline's (unset: not checked); at most max_regressions cases that passed
     # in the baseline may fail now

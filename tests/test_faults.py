@@ -164,3 +164,14 @@ def test_cancel_then_resume(tmp_path, redis_server, start_worker):
     res = run_cli("resume", run_id, "--json", "--no-save", "--timeout", "60", broker=redis_server.url, **PLUGINS)
     assert res.returncode == 0, res.stderr
     check_exactly_once(json.loads(res.stdout), spec, 200)
+
+
+def test_task_time_limit_is_enforced_inside_the_batch(tmp_path, redis_server, start_worker):
+    """Celery's thread pool ignores time limits: the batch enforces the pool's limit itself."""
+    spec = make_spec(tmp_path, n=6, adapter="slow:4000")
+    start_worker(redis_server.url, concurrency=2, EVALFARM_TASK_TIME_LIMIT="1", **PLUGINS)
+    res = run_cli("run", str(spec), "--no-save", "--json", "--timeout", "60", broker=redis_server.url, **PLUGINS)
+    assert res.returncode == 3, res.stderr  # every item ran out of time: nothing measured
+    report = json.loads(res.stdout)
+    assert {o["error"]["class"] for o in report["outcomes"]} == {"DeadlineExceeded"}
+    assert report["duration_s"] < 4  # the 4 s calls were cut at 1 s

@@ -92,7 +92,10 @@ def test_400_not_retried_and_dropped_connection_retried(tmp_path, provider):
     o = outcomes(res)
     assert o["bad"]["error"]["class"] == "ClientError" and o["bad"]["error"]["attempts"] == 1
     assert o["drop"]["error"]["class"] == "TransportError" and o["drop"]["error"]["attempts"] == 4
-    assert o["ok"]["passed"] is True and res.returncode == 0
+    assert o["ok"]["passed"] is True
+    # 2 of 3 items errored: above the default max_error_rate (0.5), the run does not pass
+    assert res.returncode == 1
+    assert json.loads(res.stdout)["threshold_failures"] == ["m1: error_rate 0.6667 > max 0.5 (2 of 3 items errored)"]
 
 
 def test_truncation_refusal_format_and_instruction_miss(tmp_path, provider):

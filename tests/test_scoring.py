@@ -86,7 +86,16 @@ def test_threshold_failures_format():
     assert fails[0] == "a: golden_pass_rate 0.5000 < 0.8"
     assert fails[1].startswith("b: golden_pass_rate not measured (2 of 2 items errored)")
     assert len(fails) == 3
-    assert threshold_failures(per, Thresholds()) == []
+    assert threshold_failures(per, Thresholds()) == []  # b: all errored is "nothing measured", exit 3
+
+
+def test_error_rate_above_max_fails_even_when_the_rest_passes():
+    fig = {"items": 1000, "measured": 1, "errors": 999, "golden_pass_rate": 1.0, "judge_mean": None,
+           "overall": 1.0}
+    assert threshold_failures({"a": fig}, Thresholds()) == \
+        ["a: error_rate 0.9990 > max 0.5 (999 of 1000 items errored)"]
+    assert threshold_failures({"a": fig}, Thresholds(max_error_rate=None)) == []
+    assert threshold_failures({"a": dict(fig, errors=10, measured=990)}, Thresholds()) == []
 
 
 def test_diff_winner_and_missing_adapter():
@@ -100,6 +109,13 @@ def test_diff_winner_and_missing_adapter():
     assert d["per_adapter"]["z"]["golden_rate_a"] == 0.0 and d["per_adapter"]["z"]["in_a"] is False
     tie = diff_reports(a, a, tolerance=0.01)
     assert tie["winner"] == "tie" and all(r["winner"] == "tie" for r in tie["per_adapter"].values())
+    edge = diff_reports({"run_id": "A", "per_adapter": {"x": {"overall": 0.50, "golden_pass_rate": 0.5}}},
+                        {"run_id": "B", "per_adapter": {"x": {"overall": 0.51, "golden_pass_rate": 0.5}}}, 0.01)
+    assert edge["per_adapter"]["x"]["winner"] == "tie"  # exactly the tolerance is inside the band
+    broken = diff_reports(a, {"run_id": "E", "per_adapter": {"x": {"overall": None, "golden_pass_rate": None},
+                                                             "y": {"overall": 0.9, "golden_pass_rate": 0.9}}})
+    assert broken["per_adapter"]["x"]["winner"] == "unmeasured"  # all errored: not a quality decline
+    assert broken["overall_a"] == 0.9 and broken["winner"] == "tie"
     near = diff_reports(a, {"run_id": "C", "per_adapter": {"x": {"overall": 0.505, "golden_pass_rate": 0.5},
                                                            "y": {"overall": 0.9, "golden_pass_rate": 0.9}}})
     assert near["per_adapter"]["x"]["winner"] == "tie"

@@ -35,10 +35,11 @@ class Progress:
     errors: int
     cost_usd: float
     per_adapter: dict[str, tuple[int, int]]  # adapter -> (done, errors)
-    elapsed_s: float
+    elapsed_s: float  # since the run started (not since this process attached)
     state: str
     pending_judge: int = 0
     executed: int = 0
+    cost_per_adapter: dict[str, float] | None = None  # model + judge spend so far
 
 
 ProgressFn = Callable[[Progress], None]
@@ -151,11 +152,19 @@ class Coordinator:
     def progress(self, run_id: str, started: float | None = None) -> Progress:
         meta = self.meta(run_id)
         c = self.store.counters(run_id)
-        per = {a: (c.get(f"done:{a}", 0), c.get(f"errors:{a}", 0)) for a in meta.get("adapters", [])}
+        adapters = meta.get("adapters", [])
+        per = {a: (c.get(f"done:{a}", 0), c.get(f"errors:{a}", 0)) for a in adapters}
+        from datetime import datetime, timezone
+
+        try:
+            since = (datetime.now(timezone.utc) - datetime.fromisoformat(meta["started_at"])).total_seconds()
+        except (KeyError, ValueError):
+            since = time.monotonic() - started if started else 0.0
         return Progress(run_id=run_id, total=meta["total"], done=c.get("done", 0), errors=c.get("errors", 0),
-                        cost_usd=c.get("cost_nusd", 0) / 1e9, per_adapter=per,
-                        elapsed_s=time.monotonic() - started if started else 0.0, state=meta.get("state", "?"),
-                        pending_judge=len(self.store.pending_keys(run_id)), executed=c.get("executed", 0))
+                        cost_usd=c.get("cost_nusd", 0) / 1e9, per_adapter=per, elapsed_s=max(since, 0.0),
+                        state=meta.get("state", "?"), pending_judge=len(self.store.pending_keys(run_id)),
+                        executed=c.get("executed", 0),
+                        cost_per_adapter={a: c.get(f"cost_nusd:{a}", 0) / 1e9 for a in adapters})
 
     def wait(self, run_id: str, on_progress: ProgressFn | None = None, poll_s: float = 0.1,
              timeout_s: float | None = None, stall_s: float = 10.0, fetch: bool = True) -> bytes:
@@ -167,6 +176,7 @@ class Coordinator:
         """
         started = time.monotonic()
         complete_since: float | None = None
+        warned = False
         while True:
             if self._dispatch_error is not None:
                 raise self._dispatch_error
@@ -180,6 +190,13 @@ class Coordinator:
             if p.state == "cancelled":
                 raise RunCancelled(f"run {run_id} was cancelled at {p.done}/{p.total} items; "
                                    f"'evalfarm resume {run_id}' continues it")
+            if not warned and not self.settings.embedded and p.executed == 0 and \
+                    time.monotonic() - started > self.settings.idle_warning_s:
+                warned = True
+                import sys
+                print(f"evalfarm: warning: no item of run {run_id} has finished after "
+                      f"{self.settings.idle_warning_s:.0f} s: is a worker consuming the provider queue? "
+                      "(evalfarm worker --broker ...)", file=sys.stderr, flush=True)
             if p.done >= p.total:
                 complete_since = complete_since or time.monotonic()
                 if time.monotonic() - complete_since > stall_s and not self.settings.embedded:

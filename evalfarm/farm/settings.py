@@ -16,6 +16,8 @@ class FarmSettings:
     max_in_flight: int = 64  # calls in flight per worker process
     visibility_timeout: int = 900  # seconds before an unacked task is redelivered
     visibility_explicit: bool = False  # set from the environment: overrides the pool's
+    time_limit_s: float | None = None  # a batch's items must finish within this (the pool's soft limit)
+    idle_warning_s: float = 30.0  # warn when nothing has finished after this long (no worker?)
 
     @property
     def embedded(self) -> bool:
@@ -31,19 +33,54 @@ class FarmSettings:
 
     @classmethod
     def from_env(cls, broker_url: str | None = None, **overrides) -> "FarmSettings":
+        """Read EVALFARM_* settings; a bad value is one clear error naming the variable."""
         env = os.environ
-        batch = env.get("EVALFARM_BATCH_SIZE")
         values = dict(
-            broker_url=broker_url or env.get("EVALFARM_BROKER_URL") or None,
+            broker_url=check_redis_url(broker_url or env.get("EVALFARM_BROKER_URL") or None, "--broker"),
             result_backend=env.get("EVALFARM_RESULT_BACKEND") or None,
-            store_url=env.get("EVALFARM_STORE_URL") or None,
-            batch_size=int(batch) if batch else None,
-            max_in_flight=int(env.get("EVALFARM_MAX_IN_FLIGHT", "64")),
-            visibility_timeout=int(env.get("EVALFARM_VISIBILITY_TIMEOUT", "900")),
+            store_url=check_redis_url(env.get("EVALFARM_STORE_URL") or None, "EVALFARM_STORE_URL"),
+            batch_size=_int_env("EVALFARM_BATCH_SIZE", None, 1, 10000),
+            max_in_flight=_int_env("EVALFARM_MAX_IN_FLIGHT", 64, 1, 100000),
+            visibility_timeout=_int_env("EVALFARM_VISIBILITY_TIMEOUT", 900, 1, 7 * 86400),
             visibility_explicit="EVALFARM_VISIBILITY_TIMEOUT" in env,
         )
         values.update(overrides)
         return cls(**values)
+
+
+def _int_env(name: str, default: int | None, lo: int, hi: int) -> int | None:
+    from ..errors import UsageError
+
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise UsageError(f"{name}={raw!r}: expected a whole number from {lo} to {hi}") from None
+    if not lo <= value <= hi:
+        raise UsageError(f"{name}={value}: expected a whole number from {lo} to {hi}")
+    return value
+
+
+def check_redis_url(url: str | None, source: str) -> str | None:
+    """redis://[:password@]host[:port][/db]: the db must be a number (kombu would quietly use 0)."""
+    from urllib.parse import urlsplit
+
+    from ..errors import UsageError
+    from ..redact import redact
+
+    if not url or not url.startswith(("redis://", "rediss://")):
+        return url
+    parts = urlsplit(url)
+    db = parts.path.lstrip("/")
+    if db and not db.isdigit():
+        raise UsageError(f"{source} {redact(url)}: the database must be a number (redis://host:6379/0)")
+    try:
+        parts.port
+    except ValueError:
+        raise UsageError(f"{source} {redact(url)}: the port is not a number") from None
+    return url
 
 
 def pick_batch_size(total: int, configured: int | None) -> int:

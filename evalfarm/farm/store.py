@@ -23,7 +23,9 @@ def _k(run_id: str, part: str) -> str:
 
 
 def _meta_of(outcome: dict[str, Any]) -> tuple[int, int]:
-    return (1 if outcome.get("error") else 0, int(round((outcome.get("cost_usd") or 0.0) * COST_SCALE)))
+    """(errored, spend in nano-dollars): spend counts the model and the judge."""
+    spend = (outcome.get("cost_usd") or 0.0) + (outcome.get("judge_cost_usd") or 0.0)
+    return (1 if outcome.get("error") else 0, int(round(spend * COST_SCALE)))
 
 
 class RunStore(ABC):
@@ -164,6 +166,7 @@ class MemoryStore(RunStore):
                 for f in ("errors", f"errors:{a}"):
                     counts[f] = counts.get(f, 0) + err - old[0]
                 counts["cost_nusd"] = counts.get("cost_nusd", 0) + cost - old[1]
+                counts[f"cost_nusd:{a}"] = counts.get(f"cost_nusd:{a}", 0) + cost - old[1]
                 results[o["key"]] = json.dumps(o)
                 rmeta[o["key"]] = (err, cost)
                 self._pending.get(run_id, {}).pop(o["key"], None)
@@ -212,6 +215,9 @@ class MemoryStore(RunStore):
     def put_blob(self, run_id: str, name: str, data: bytes) -> None:
         self._reports[f"{run_id}:{name}"] = data
 
+    def expire_run(self, run_id: str, ttl_s: int) -> None:
+        pass  # the embedded store lives as long as its process
+
     def get_blob(self, run_id: str, name: str) -> bytes | None:
         return self._reports.get(f"{run_id}:{name}")
 
@@ -239,6 +245,7 @@ for i = 1, #ARGV, 3 do
   end
   if cost ~= old_cost then
     redis.call('HINCRBY', KEYS[3], 'cost_nusd', cost - old_cost)
+    redis.call('HINCRBY', KEYS[3], 'cost_nusd:' .. a, cost - old_cost)
   end
   redis.call('HSET', KEYS[1], key, body)
   redis.call('HSET', KEYS[2], key, err .. '|' .. cost)
@@ -408,6 +415,15 @@ class RedisStore(RunStore):
 
     def runs(self) -> list[str]:
         return [r.decode() for r in self.r.zrevrange(RUNS_INDEX, 0, -1)]
+
+    def expire_run(self, run_id: str, ttl_s: int) -> None:
+        """A finished run's keys expire (its report is on the user's disk by then); the index
+        forgets runs older than the TTL, so an overnight farm does not fill Redis."""
+        pipe = self.r.pipeline(transaction=False)
+        for key in self.r.scan_iter(match=_k(run_id, "*"), count=1000):
+            pipe.expire(key, ttl_s)
+        pipe.zremrangebyscore(RUNS_INDEX, "-inf", time.time() - ttl_s)
+        pipe.execute()
 
     def put_blob(self, run_id: str, name: str, data: bytes) -> None:
         self.r.set(_k(run_id, f"blob:{name}"), data)

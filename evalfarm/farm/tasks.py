@@ -44,11 +44,12 @@ def register(app: Celery, settings: FarmSettings) -> None:
     @app.task(name=RUN_BATCH, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def run_batch(run_id: str, keys: list[str]) -> int:
         return work.execute_batch(store_for(settings), run_id, keys, settings.max_in_flight,
-                                  enqueue_aggregate, enqueue_judge)
+                                  enqueue_aggregate, enqueue_judge, settings.time_limit_s)
 
     @app.task(name=JUDGE_BATCH, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def judge_batch(run_id: str, keys: list[str]) -> int:
-        return work.execute_judge(store_for(settings), run_id, keys, settings.max_in_flight, enqueue_aggregate)
+        return work.execute_judge(store_for(settings), run_id, keys, settings.max_in_flight, enqueue_aggregate,
+                                  settings.time_limit_s)
 
     @app.task(name=AGGREGATE, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def aggregate(run_id: str) -> bool:

@@ -8,7 +8,9 @@ records the last item claims the aggregate exactly once.
 from __future__ import annotations
 
 import json
+import os
 import threading
+import time
 from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -99,8 +101,13 @@ def _record(store: RunStore, ctx: RunContext, run_id: str, outcomes: list[Outcom
         enqueue_aggregate(run_id)
 
 
+def _deadline(time_limit_s: float | None) -> float | None:
+    return time.monotonic() + time_limit_s if time_limit_s else None
+
+
 def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: int,
-                  enqueue_aggregate: Callable[[str], None], enqueue_judge: Enqueue | None = None) -> int:
+                  enqueue_aggregate: Callable[[str], None], enqueue_judge: Enqueue | None = None,
+                  time_limit_s: float | None = None) -> int:
     """Call the adapter for the batch's unfinished items; returns how many were called."""
     ctx = context_for(store, run_id)
     if ctx is None:
@@ -113,7 +120,9 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     pending = {o["key"] for o in store.get_pending(run_id, open_keys) if o}
     todo = [k for k in open_keys if k not in pending]
     items = [Item.from_dict(json.loads(raw)) for raw in store.get_items(run_id, todo) if raw]
-    outcomes = PROCESS_LOOP.run(lambda: call_items(items, ctx.adapters, max_in_flight, ctx.cache)) if items else []
+    deadline = _deadline(time_limit_s)
+    outcomes = PROCESS_LOOP.run(lambda: call_items(items, ctx.adapters, max_in_flight, ctx.cache, deadline)) \
+        if items else []
     needs_judge = [o for o in outcomes if o.error is None] if ctx.spec.judge else []
     judged_ids = {id(o) for o in needs_judge}
     final = [finish_outcome(o, ctx.pass_score) for o in outcomes if id(o) not in judged_ids]
@@ -128,7 +137,7 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
 
 
 def execute_judge(store: RunStore, run_id: str, keys: list[str], max_in_flight: int,
-                  enqueue_aggregate: Callable[[str], None]) -> int:
+                  enqueue_aggregate: Callable[[str], None], time_limit_s: float | None = None) -> int:
     """Judge called-but-unjudged items and record them; returns how many were judged."""
     ctx = context_for(store, run_id)
     if ctx is None or _cancelled(store, run_id):
@@ -138,7 +147,9 @@ def execute_judge(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     partial = {o["key"]: Outcome.from_dict(o) for o in store.get_pending(run_id, open_keys) if o}
     raws = store.get_items(run_id, list(partial))
     pairs = [(Item.from_dict(json.loads(raw)), partial[k]) for k, raw in zip(partial, raws) if raw]
-    judged = PROCESS_LOOP.run(lambda: judge_items(pairs, ctx.judge, ctx.pass_score, max_in_flight)) if pairs else []
+    deadline = _deadline(time_limit_s)
+    judged = PROCESS_LOOP.run(lambda: judge_items(pairs, ctx.judge, ctx.pass_score, max_in_flight, deadline)) \
+        if pairs else []
     _record(store, ctx, run_id, judged, enqueue_aggregate)
     return len(judged)
 
@@ -172,4 +183,5 @@ def finalize(store: RunStore, run_id: str) -> bytes | None:
     store.put_blob(run_id, "markdown", render_markdown(report.to_dict()).encode())
     store.put_report(run_id, raw)
     store.update_meta(run_id, state="done", finished_at=report.finished_at)
+    store.expire_run(run_id, int(os.environ.get("EVALFARM_RUN_TTL_S") or 7 * 86400))
     return raw
