@@ -219,7 +219,7 @@ def farm(redis: Redis, tmp: Path, n: int, env: dict[str, str], chord_n: int) -> 
     rows = []
     redis.flush()
     chord_s = bare_chord(redis.url, chord_n, env)
-    rows.append(row(f"bare Celery chord, no-op tasks, 1 worker", chord_n, chord_s))
+    rows.append(row("bare Celery chord, no-op tasks, 1 worker", chord_n, chord_s))
     ref = chord_n / chord_s
     mock_spec(tmp, n)
     redis.flush()

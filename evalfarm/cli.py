@@ -111,8 +111,7 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
         use_cache: bool, **ci) -> None:
     """Validate SPEC (or --dataset cases with --model), run every item on the farm, aggregate,
     apply thresholds."""
-    from .artifacts import atomic_write, save_report
-    from .console import LiveProgress, print_summary
+    from .console import LiveProgress
     from .farm.coordinator import Coordinator
     from .farm.settings import FarmSettings
     from .spec import load_spec

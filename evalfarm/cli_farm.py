@@ -70,6 +70,16 @@ def finish(coord, run_id: str, state_dir: Path, no_save: bool, as_json: bool, ou
     return finish_run(report, b"", json_path, state_dir, spec, {**ci, "as_json": as_json})
 
 
+def attach(coord, run_id: str, state_dir: Path, no_save: bool, as_json: bool, output: Path | None,
+           timeout_s: float | None) -> None:
+    """Show live progress until the report exists, then save, print and exit with its code."""
+    from .console import LiveProgress
+
+    with LiveProgress(enabled=None if not as_json else False) as bar:
+        coord.wait(run_id, on_progress=bar.update, timeout_s=timeout_s, fetch=False)
+    sys.exit(finish(coord, run_id, state_dir, no_save, as_json, output))
+
+
 @click.command()
 @click.argument("run_id", required=False)
 @broker_option
@@ -121,13 +131,9 @@ def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
 def wait(run_id: str, broker: str | None, state_dir: Path, no_save: bool, output: Path | None,
          timeout_s: float | None, as_json: bool) -> None:
     """Attach to a run: live progress until its report exists, then save and print it."""
-    from .console import LiveProgress
-
     coord = coordinator(broker)
     coord.meta(run_id)
-    with LiveProgress(enabled=None if not as_json else False) as bar:
-        coord.wait(run_id, on_progress=bar.update, timeout_s=timeout_s, fetch=False)
-    sys.exit(finish(coord, run_id, state_dir, no_save, as_json, output))
+    attach(coord, run_id, state_dir, no_save, as_json, output, timeout_s)
 
 
 @click.command()
@@ -154,8 +160,6 @@ def resume(run_id: str, broker: str | None, state_dir: Path, no_save: bool, outp
            timeout_s: float | None, as_json: bool) -> None:
     """Re-dispatch only a run's missing items (not done, not awaiting the judge, not in the broker),
     then wait for its report."""
-    from .console import LiveProgress
-
     coord = coordinator(broker)
     what = coord.resume(run_id)
     click.echo(f"resumed {run_id}: dispatched {what['dispatched']} missing items"
@@ -166,6 +170,4 @@ def resume(run_id: str, broker: str | None, state_dir: Path, no_save: bool, outp
     if detach:
         click.echo(run_id)
         return
-    with LiveProgress(enabled=None if not as_json else False) as bar:
-        coord.wait(run_id, on_progress=bar.update, timeout_s=timeout_s, fetch=False)
-    sys.exit(finish(coord, run_id, state_dir, no_save, as_json, output))
+    attach(coord, run_id, state_dir, no_save, as_json, output, timeout_s)

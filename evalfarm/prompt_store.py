@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from .canonical import content_key, sha256_hex
+from .canonical import sha256_hex
 from .errors import SpecError
 from .sourcemap import line_for, load_yaml, read_text
 

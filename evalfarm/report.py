@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .aggregate import aggregate, nothing_measured, run_cost, threshold_failures
-from .spec import EvalSpec, Thresholds
+from .spec import EvalSpec
 
 SCHEMA = "evalfarm.report/1"
 # Fields that depend on when and how a run happened, not on what it measured.

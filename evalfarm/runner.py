@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .adapters import Adapter, CallableAdapter, resolve_adapter
-from .canonical import content_key
 from .engine import PROCESS_LOOP, run_items
 from .errors import SpecError
 from .judge import CallableJudge, Judge, resolve_judge

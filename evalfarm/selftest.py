@@ -13,7 +13,6 @@ import re
 import sys
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 from .adapters import Completion

@@ -139,17 +139,26 @@ class Price(_Model):
     output: float = Field(ge=0)
 
 
-class AdapterSpec(_Model):
-    """A model behind an OpenAI-compatible endpoint. The key is read from ``api_key_env``
+def check_env_name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        raise ValueError("must be the NAME of an environment variable (never the key itself)")
+    return value
+
+
+def check_base_url(value: str | None) -> str | None:
+    if value is not None and not re.match(r"https?://[^/\s]+", value):
+        raise ValueError(f"{value!r} is not an http:// or https:// URL")
+    return value
+
+
+class _Endpoint(_Model):
+    """What calling an OpenAI-compatible endpoint needs. The key is read from ``api_key_env``
     at call time on the worker: only the variable's name is ever stored."""
 
-    id: str = Field(min_length=1)
-    provider: str = "openai"
-    model: str = Field(min_length=1)
-    base_url: str | None = None  # default: EVAL_BASE_URL from the environment
+    base_url: str | None = None  # default: from the flags or the environment (see bind_environment)
     api_key_env: str = "EVAL_API_KEY"
     params: dict[str, Any] = Field(default_factory=dict)  # temperature, max_tokens, ...
-    price: Price | None = None
+    price: Price | None = None  # USD per million tokens
     timeout_s: float = Field(default=120.0, gt=0)
     max_in_flight: int | None = Field(default=None, ge=1)  # per endpoint and key, across the fleet
     requests_per_minute: int | None = Field(default=None, ge=1)  # per endpoint and key, across the fleet
@@ -165,19 +174,15 @@ class AdapterSpec(_Model):
         return check_base_url(value)
 
 
-def check_env_name(value: str) -> str:
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
-        raise ValueError("must be the NAME of an environment variable (never the key itself)")
-    return value
+class AdapterSpec(_Endpoint):
+    """A model under test behind an OpenAI-compatible endpoint."""
+
+    id: str = Field(min_length=1)
+    provider: str = "openai"
+    model: str = Field(min_length=1)
 
 
-def check_base_url(value: str | None) -> str | None:
-    if value is not None and not re.match(r"https?://[^/\s]+", value):
-        raise ValueError(f"{value!r} is not an http:// or https:// URL")
-    return value
-
-
-class JudgeSpec(_Model):
+class JudgeSpec(_Endpoint):
     """LLM-as-judge configuration, apart from the model under test; ``weight`` blends
     it into the overall score, ``pass_score`` is the case score an item needs to pass."""
 
@@ -186,23 +191,7 @@ class JudgeSpec(_Model):
     rubric: str = ""
     weight: float = Field(default=0.5, ge=0.0, le=1.0)
     pass_score: float = Field(default=0.5, ge=0.0, le=1.0)
-    base_url: str | None = None
     api_key_env: str = "EVAL_JUDGE_API_KEY"
-    params: dict[str, Any] = Field(default_factory=dict)
-    price: Price | None = None
-    timeout_s: float = Field(default=120.0, gt=0)
-    max_in_flight: int | None = Field(default=None, ge=1)
-    requests_per_minute: int | None = Field(default=None, ge=1)
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, value: str) -> str:
-        return check_env_name(value)
-
-    @field_validator("base_url")
-    @classmethod
-    def _url(cls, value: str | None) -> str | None:
-        return check_base_url(value)
 
 
 class Thresholds(_Model):

@@ -126,3 +126,20 @@ def run_cli(*args: str, broker: str | None = None, cwd: Path | None = None, time
     """The real console entry point in a subprocess: real exit codes, real stderr."""
     return subprocess.run([*EVALFARM, *args], env=env_for(broker, **env), cwd=cwd, capture_output=True,
                           text=True, timeout=timeout)
+
+
+@pytest.fixture
+def provider():
+    """Start real `evalfarm mock-provider` servers: ``provider("--latency-ms", "200")``."""
+    from providers_fixture import MockProviderProc
+
+    procs: list = []
+
+    def start(*args: str):
+        p = MockProviderProc(*args)
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        p.stop()

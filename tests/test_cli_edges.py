@@ -5,7 +5,6 @@ import json
 import os
 import socket
 import stat
-from pathlib import Path
 
 from conftest import EXAMPLES, run_cli
 

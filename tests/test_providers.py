@@ -9,21 +9,6 @@ import pytest
 import yaml
 
 from conftest import run_cli
-from providers_fixture import MockProviderProc
-
-
-@pytest.fixture
-def provider():
-    procs: list[MockProviderProc] = []
-
-    def start(*args: str) -> MockProviderProc:
-        p = MockProviderProc(*args)
-        procs.append(p)
-        return p
-
-    yield start
-    for p in procs:
-        p.stop()
 
 
 def cases(tmp: Path, *entries: dict) -> Path:

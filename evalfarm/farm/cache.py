@@ -1,7 +1,6 @@
 """The response cache in Redis, shared by every worker (``ef:cache:<request hash>``)."""
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -9,19 +8,11 @@ from typing import Any
 class RedisCache:
     def __init__(self, url: str, ttl_s: int = 30 * 24 * 3600) -> None:
         self.url, self.ttl_s = url, ttl_s
-        self._clients: dict[int, Any] = {}
 
     def _redis(self):
-        import redis.asyncio as aredis
+        from .redis_tls import async_client
 
-        from .redis_tls import split_tls
-
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(id(loop))
-        if client is None:
-            plain, tls = split_tls(self.url)
-            client = self._clients[id(loop)] = aredis.Redis.from_url(plain, **tls)
-        return client
+        return async_client(self.url)
 
     async def get(self, key: str) -> dict[str, Any] | None:
         raw = await self._redis().get(f"ef:cache:{key}")

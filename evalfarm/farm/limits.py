@@ -61,21 +61,13 @@ class RedisLimiter:
         self.burst_ms = max(1, rpm // 60) * self.interval_ms if rpm else 0
         self.enforced = bool(limits.max_in_flight or rpm)
         self.local = LocalLimiter(Limits())  # the per-process cap
-        self._clients: dict[int, object] = {}
         self._pause_checked = 0.0
         self._paused_until = 0.0
 
     def _redis(self):
-        import redis.asyncio as aredis
+        from .redis_tls import async_client
 
-        from .redis_tls import split_tls
-
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(id(loop))
-        if client is None:
-            plain, tls = split_tls(self.url)
-            client = self._clients[id(loop)] = aredis.Redis.from_url(plain, **tls)
-        return client
+        return async_client(self.url)
 
     async def _wait_pause(self) -> None:
         now = time.monotonic()

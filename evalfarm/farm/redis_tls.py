@@ -46,3 +46,20 @@ def split_tls(url: str | None) -> tuple[str | None, dict[str, Any]]:
         opts["ssl_check_hostname"] = given.pop("ssl_check_hostname").lower() not in ("false", "0", "no")
     opts.update(given)  # certfile, keyfile
     return urlunsplit(parts._replace(query=urlencode(rest))), opts
+
+
+_ASYNC_CLIENTS: dict[tuple[int, str], object] = {}
+
+
+def async_client(url: str):
+    """One redis.asyncio client per (event loop, URL), with the same TLS options as the broker."""
+    import asyncio
+
+    import redis.asyncio as aredis
+
+    key = (id(asyncio.get_running_loop()), url)
+    client = _ASYNC_CLIENTS.get(key)
+    if client is None:
+        plain, tls = split_tls(url)
+        client = _ASYNC_CLIENTS[key] = aredis.Redis.from_url(plain, **tls)
+    return client
