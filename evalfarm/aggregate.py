@@ -112,7 +112,7 @@ def _figures(acc: _Acc, trials: int, judge_weight: float | None) -> dict[str, An
 
 
 _METRICS = (("golden_pass_rate", "golden_pass_rate_min"), ("judge_mean", "judge_score_min"),
-            ("overall", "overall_score_min"))
+            ("overall", "overall_score_min"), ("pass_rate", "pass_rate_min"))
 
 
 def threshold_failures(per_adapter: dict[str, dict[str, Any]], thresholds: Thresholds) -> list[str]:

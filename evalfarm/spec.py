@@ -200,6 +200,7 @@ class Thresholds(_Model):
     golden_pass_rate_min: float | None = Field(default=None, ge=0.0, le=1.0)
     judge_score_min: float | None = Field(default=None, ge=0.0, le=1.0)
     overall_score_min: float | None = Field(default=None, ge=0.0, le=1.0)
+    pass_rate_min: float | None = Field(default=None, ge=0.0, le=1.0)  # items whose checks AND judge passed
     # quality rates count measured items only, so a run where most items errored could still "pass":
     # above this share of runtime errors an adapter fails its thresholds (null turns the check off)
     max_error_rate: float | None = Field(default=0.5, ge=0.0, le=1.0)

@@ -89,6 +89,12 @@ def test_threshold_failures_format():
     assert threshold_failures(per, Thresholds()) == []  # b: all errored is "nothing measured", exit 3
 
 
+def test_pass_rate_min_uses_the_full_verdict():
+    fig = {"items": 4, "measured": 4, "errors": 0, "golden_pass_rate": 1.0, "judge_mean": 0.4, "overall": 0.7,
+           "pass_rate": 0.5}
+    assert threshold_failures({"a": fig}, Thresholds(pass_rate_min=0.75)) == ["a: pass_rate 0.5000 < 0.75"]
+
+
 def test_error_rate_above_max_fails_even_when_the_rest_passes():
     fig = {"items": 1000, "measured": 1, "errors": 999, "golden_pass_rate": 1.0, "judge_mean": None,
            "overall": 1.0}
