@@ -73,9 +73,7 @@ def main(log_level: str) -> None:
         raise EvalfarmError(f"EVALFARM_PLUGINS: cannot import {exc.name!r}: {exc}") from None
 
 
-state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
-                                default=Path(".evalfarm"), show_default=True, envvar="EVALFARM_STATE_DIR",
-                                help="Where runs are persisted (runs/ inside it).")
+from .cli_options import state_dir_option  # noqa: E402
 
 
 @main.command()

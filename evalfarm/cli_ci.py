@@ -19,9 +19,8 @@ class NothingMeasuredError(EvalfarmError):
     exit_code = EXIT_NOTHING_MEASURED
 
 
-_state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
-                                  default=Path(".evalfarm"), show_default=True, envvar="EVALFARM_STATE_DIR",
-                                  help="Where runs, the registry and baselines live.")
+from .cli_options import state_dir_option as _state_dir_option  # noqa: E402
+from .report import exit_code_of  # noqa: E402
 
 
 def ci_run_options(f: Callable) -> Callable:
@@ -131,7 +130,7 @@ def finish_run(report: dict[str, Any], raw: bytes, json_path: Path | None, state
                                                            str(json_path) if json_path else None))
     if gate_on:
         return result.exit_code
-    return 3 if report.get("nothing_measured") else (0 if report.get("thresholds_passed") else 1)
+    return exit_code_of(report)
 
 
 @click.command()

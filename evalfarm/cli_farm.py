@@ -9,10 +9,17 @@ import click
 
 from .errors import EvalfarmError
 
-broker_option = click.option("--broker", envvar="EVALFARM_BROKER_URL", metavar="URL",
-                             help="The farm's Redis (or EVALFARM_BROKER_URL).")
-state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
-                                default=Path(".evalfarm"), show_default=True, envvar="EVALFARM_STATE_DIR")
+from .cli_options import broker_option, state_dir_option
+
+
+def report_options(f):
+    """Where and how a finished run's report goes: the options `wait` and `resume` share."""
+    for option in reversed([state_dir_option, click.option("--no-save", is_flag=True),
+                            click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path)),
+                            click.option("--timeout", "timeout_s", type=float),
+                            click.option("--json", "as_json", is_flag=True)]):
+        f = option(f)
+    return f
 
 
 def coordinator(broker: str | None):
@@ -123,11 +130,7 @@ def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
 @click.command()
 @click.argument("run_id")
 @broker_option
-@state_dir_option
-@click.option("--no-save", is_flag=True)
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--timeout", "timeout_s", type=float)
-@click.option("--json", "as_json", is_flag=True)
+@report_options
 def wait(run_id: str, broker: str | None, state_dir: Path, no_save: bool, output: Path | None,
          timeout_s: float | None, as_json: bool) -> None:
     """Attach to a run: live progress until its report exists, then save and print it."""
@@ -150,12 +153,8 @@ def cancel(run_id: str, broker: str | None) -> None:
 @click.command()
 @click.argument("run_id")
 @broker_option
-@state_dir_option
-@click.option("--no-save", is_flag=True)
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path))
+@report_options
 @click.option("--detach", is_flag=True, help="Dispatch and return; 'evalfarm wait RUN' attaches later.")
-@click.option("--timeout", "timeout_s", type=float)
-@click.option("--json", "as_json", is_flag=True)
 def resume(run_id: str, broker: str | None, state_dir: Path, no_save: bool, output: Path | None, detach: bool,
            timeout_s: float | None, as_json: bool) -> None:
     """Re-dispatch only a run's missing items (not done, not awaiting the judge, not in the broker),

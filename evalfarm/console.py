@@ -119,7 +119,3 @@ class LiveProgress:
             if name not in self._tasks:
                 self._tasks[name] = self._progress.add_task(escape(name), total=total, rate="-", errors=0, spend="")
             self._progress.update(self._tasks[name], completed=done, rate=rate, errors=errs, spend=spend)
-
-
-def is_tty() -> bool:
-    return sys.stdout.isatty()

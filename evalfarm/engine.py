@@ -137,17 +137,23 @@ async def run_item(item: Item, adapter: Adapter, judge: Judge | None, pass_score
     return await judge_item(item, await call_item(item, adapter, cache), judge, pass_score)
 
 
+async def _bounded(limit: int, calls: Iterable[Callable[[], Awaitable[T]]]) -> list[T]:
+    """Await every call, at most ``limit`` at once; results in input order."""
+    sem = asyncio.Semaphore(limit)
+
+    async def one(call: Callable[[], Awaitable[T]]) -> T:
+        async with sem:
+            return await call()
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))
+
+
 async def run_items(items: Iterable[Item], adapters: dict[str, Adapter], judge: Judge | None,
                     max_in_flight: int = 64, pass_score: float | None = None,
                     cache: ResponseCache | None = None) -> list[Outcome]:
-    """Run items concurrently, at most ``max_in_flight`` at once, results in input order."""
-    sem = asyncio.Semaphore(max_in_flight)
-
-    async def one(item: Item) -> Outcome:
-        async with sem:
-            return await run_item(item, adapters[item.adapter], judge, pass_score, cache)
-
-    return list(await asyncio.gather(*(one(i) for i in items)))
+    """Call, check and judge items in one go (the in-process Runner)."""
+    return await _bounded(max_in_flight, [
+        lambda i=i: run_item(i, adapters[i.adapter], judge, pass_score, cache) for i in items])
 
 
 class DeadlineExceeded(Exception):
@@ -169,24 +175,16 @@ async def _within(deadline: float | None, coro, item: Item, stage: str, partial:
 
 async def call_items(items: Iterable[Item], adapters: dict[str, Adapter], max_in_flight: int = 64,
                      cache: ResponseCache | None = None, deadline: float | None = None) -> list[Outcome]:
-    sem = asyncio.Semaphore(max_in_flight)
-
-    async def one(item: Item) -> Outcome:
-        async with sem:
-            return await _within(deadline, call_item(item, adapters[item.adapter], cache), item, "adapter")
-
-    return list(await asyncio.gather(*(one(i) for i in items)))
+    """Stage 1 on the farm's provider queue."""
+    return await _bounded(max_in_flight, [
+        lambda i=i: _within(deadline, call_item(i, adapters[i.adapter], cache), i, "adapter") for i in items])
 
 
 async def judge_items(pairs: list[tuple[Item, Outcome]], judge: Judge | None, pass_score: float | None,
                       max_in_flight: int = 64, deadline: float | None = None) -> list[Outcome]:
-    sem = asyncio.Semaphore(max_in_flight)
-
-    async def one(item: Item, out: Outcome) -> Outcome:
-        async with sem:
-            return await _within(deadline, judge_item(item, out, judge, pass_score), item, "judge", out)
-
-    return list(await asyncio.gather(*(one(i, o) for i, o in pairs)))
+    """Stage 2 on the farm's judge queue."""
+    return await _bounded(max_in_flight, [
+        lambda i=i, o=o: _within(deadline, judge_item(i, o, judge, pass_score), i, "judge", o) for i, o in pairs])
 
 
 class LoopThread:

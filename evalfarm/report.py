@@ -45,9 +45,14 @@ class RunReport:
 
     @property
     def exit_code(self) -> int:
-        if self.nothing_measured:
-            return 3
-        return 0 if self.thresholds_passed else 1
+        return exit_code_of(self.to_dict())
+
+
+def exit_code_of(report: dict[str, Any]) -> int:
+    """3 nothing measured, 1 a threshold failed, 0 passed (works on a summary too)."""
+    if report.get("nothing_measured"):
+        return 3
+    return 0 if report.get("thresholds_passed") else 1
 
 
 def outcome_order(adapters: list[str]):

@@ -174,9 +174,3 @@ class Runner:
         return build_report(run_id=run_id or new_run_id(), spec=spec, spec_hash=spec_hash(spec, prompts),
                             mode="in-process", trials=n_trials, outcomes=[o.to_dict() for o in outcomes],
                             started_at=started, finished_at=utc_now(), duration_s=time.perf_counter() - t0)
-
-
-def report_summary(report: dict[str, Any]) -> str:
-    if report["nothing_measured"]:
-        return "NOTHING MEASURED"
-    return "PASS" if report["thresholds_passed"] else "FAIL"

@@ -16,6 +16,15 @@ from .errors import SpecError
 from .sourcemap import dotted, line_for, load_yaml, read_text
 
 
+def check_regex(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"regex does not compile: {exc}") from None
+    return value
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
 
@@ -59,11 +68,7 @@ class RegexCheck(_Check):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"regex does not compile: {exc}") from None
-        return value
+        return check_regex(value)
 
 
 class EqualsCheck(_Check):
@@ -124,12 +129,7 @@ class PromptSpec(_Model):
     @field_validator("expected_output_regex")
     @classmethod
     def _regex_compiles(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"regex does not compile: {exc}") from None
-        return value
+        return check_regex(value)
 
 
 class Price(_Model):

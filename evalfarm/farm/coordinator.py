@@ -56,6 +56,7 @@ class Coordinator:
         self.store = store_for(settings)
         self._dispatch_error: BaseException | None = None
         self._dispatcher: threading.Thread | None = None
+        self._static_meta: dict[str, dict[str, Any]] = {}
         if not settings.embedded:
             try:
                 self.store.ping()  # type: ignore[attr-defined]
@@ -92,7 +93,7 @@ class Coordinator:
             # dies mid-dispatch leaves a run that `resume` can finish exactly
             for _ in self._plan(run_id, spec, spec.iter_prompts(), n_trials, meta["batch_size"]):
                 pass
-            self._dispatch(run_id, self._batches(self.store.iter_item_keys(run_id), meta["batch_size"]))
+            self._dispatch(run_id, batched(self.store.iter_item_keys(run_id), meta["batch_size"]))
         return run_id
 
     def _plan(self, run_id: str, spec: EvalSpec, prompts: Iterable[PromptSpec], trials: int,
@@ -111,10 +112,6 @@ class Coordinator:
             pending = list(batched([i.key for i in chunk], batch_size))
         self.store.update_meta(run_id, planned=True, state="dispatching", spec_hash=hasher.hexdigest())
         yield from pending
-
-    @staticmethod
-    def _batches(keys: Iterable[str], size: int) -> Iterator[list[str]]:
-        return batched(keys, size)
 
     def _dispatch(self, run_id: str, batches: Iterable[list[str]], then_state: str = "running") -> None:
         task = self.app.tasks[RUN_BATCH]
@@ -150,7 +147,11 @@ class Coordinator:
         return meta
 
     def progress(self, run_id: str, started: float | None = None) -> Progress:
-        meta = self.meta(run_id)
+        """Counters, state and judge backlog; the meta's static part (total, adapters, start) is
+        read once per run, not on every poll."""
+        meta = self._static_meta.get(run_id)
+        if meta is None:
+            meta = self._static_meta[run_id] = self.meta(run_id)
         c = self.store.counters(run_id)
         adapters = meta.get("adapters", [])
         per = {a: (c.get(f"done:{a}", 0), c.get(f"errors:{a}", 0)) for a in adapters}
@@ -162,7 +163,7 @@ class Coordinator:
             since = time.monotonic() - started if started else 0.0
         return Progress(run_id=run_id, total=meta["total"], done=c.get("done", 0), errors=c.get("errors", 0),
                         cost_usd=c.get("cost_nusd", 0) / 1e9, per_adapter=per, elapsed_s=max(since, 0.0),
-                        state=meta.get("state", "?"), pending_judge=len(self.store.pending_keys(run_id)),
+                        state=self.store.get_state(run_id) or "?", pending_judge=self.store.pending_count(run_id),
                         executed=c.get("executed", 0),
                         cost_per_adapter={a: c.get(f"cost_nusd:{a}", 0) / 1e9 for a in adapters})
 
@@ -248,7 +249,7 @@ class Coordinator:
         queued = self.in_broker(run_id)
         missing = [k for k in keys if k not in done and k not in pending and k not in queued]
         judge_missing = sorted(k for k in pending if k not in done and k not in queued)
-        self._dispatch(run_id, self._batches(missing, meta["batch_size"]))
+        self._dispatch(run_id, batched(missing, meta["batch_size"]))
         if judge_missing:
             for chunk in batched(judge_missing, meta["batch_size"]):
                 self.app.tasks[JUDGE_BATCH].apply_async(args=[run_id, chunk], queue="judge")

@@ -42,6 +42,14 @@ class RunStore(ABC):
     @abstractmethod
     def update_meta(self, run_id: str, **fields: Any) -> None: ...
 
+    def get_state(self, run_id: str) -> str | None:
+        """The run's state alone: read per batch (cancel) and per progress poll, so it must not
+        cost a parse of the whole meta (which carries the spec)."""
+        return (self.get_meta(run_id) or {}).get("state")
+
+    def pending_count(self, run_id: str) -> int:
+        return len(self.pending_keys(run_id))
+
     @abstractmethod
     def get_items(self, run_id: str, keys: list[str]) -> list[str | None]: ...
 
@@ -103,10 +111,6 @@ class RunStore(ABC):
         for i in range(0, len(raw), chunk):
             yield raw[i:i + chunk]
 
-    def missing_keys(self, run_id: str) -> list[str]:
-        keys = list(self.iter_item_keys(run_id))
-        done = self.done_keys(run_id, keys)
-        return [k for k in keys if k not in done]
 
 
 class MemoryStore(RunStore):
@@ -315,6 +319,7 @@ class RedisStore(RunStore):
     def create_run(self, run_id: str, meta: dict[str, Any]) -> None:
         pipe = self.r.pipeline()
         pipe.set(_k(run_id, "meta"), json.dumps(meta))
+        pipe.set(_k(run_id, "state"), meta.get("state", ""))
         pipe.zadd(RUNS_INDEX, {run_id: time.time()})
         pipe.execute()
 
@@ -337,6 +342,8 @@ class RedisStore(RunStore):
                     meta.update(fields)
                     pipe.multi()
                     pipe.set(key, json.dumps(meta))
+                    if "state" in fields:
+                        pipe.set(_k(run_id, "state"), fields["state"])
                     pipe.execute()
                     return
                 except Exception as exc:  # WatchError: someone else wrote; retry
@@ -384,6 +391,13 @@ class RedisStore(RunStore):
 
     def pending_keys(self, run_id: str) -> list[str]:
         return [k.decode() for k, _ in self.r.hscan_iter(_k(run_id, "pending"), count=2000)]
+
+    def get_state(self, run_id: str) -> str | None:
+        raw = self.r.get(_k(run_id, "state"))
+        return raw.decode() if raw else None
+
+    def pending_count(self, run_id: str) -> int:
+        return int(self.r.hlen(_k(run_id, "pending")))
 
     def iter_item_keys(self, run_id: str) -> Iterator[str]:
         for key, _ in self.r.hscan_iter(_k(run_id, "items"), count=2000):  # no_values needs Redis 7.4

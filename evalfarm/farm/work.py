@@ -90,7 +90,7 @@ def context_for(store: RunStore, run_id: str) -> RunContext | None:
 
 
 def _cancelled(store: RunStore, run_id: str) -> bool:
-    return (store.get_meta(run_id) or {}).get("state") == "cancelled"
+    return store.get_state(run_id) == "cancelled"
 
 
 def _record(store: RunStore, ctx: RunContext, run_id: str, outcomes: list[Outcome],
