@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import os
 
 import httpx
 from httpx_aiohttp import AiohttpTransport
+
+from .limits import process_in_flight
 
 _CLIENTS: dict[int, tuple[asyncio.AbstractEventLoop, httpx.AsyncClient]] = {}
 
 
 def _limits() -> httpx.Limits:
-    in_flight = int(os.environ.get("EVALFARM_MAX_IN_FLIGHT", "64"))
+    in_flight = process_in_flight()
     return httpx.Limits(max_connections=max(16, in_flight * 2), max_keepalive_connections=max(16, in_flight * 2))
 
 
@@ -43,3 +44,10 @@ def close_all(timeout_s: float = 2.0) -> None:
                 asyncio.run_coroutine_threadsafe(c.aclose(), loop).result(timeout_s)
             except Exception:  # best effort at shutdown
                 pass
+
+
+async def close_current() -> None:
+    """Close the running loop's client: a loop that ends (``asyncio.run``) must not leave it open."""
+    entry = _CLIENTS.pop(id(asyncio.get_running_loop()), None)
+    if entry is not None and not entry[1].is_closed:
+        await entry[1].aclose()

@@ -13,11 +13,12 @@ from typing import Any
 
 import httpx
 
-from ..adapters import Completion
+from ..engine.adapters import Completion
+from ..engine.judges import LLMJudge
 from ..redact import redact, register_secret_env
-from ..spec import AdapterSpec, Price, PromptSpec
+from ..spec.models import AdapterSpec, JudgeSpec, Price, PromptSpec
 from .errors import BadResponse, ClientError, ProviderError, TransportError, error_for_status
-from .http import client
+from .http import client, close_current
 from .limits import Limiter, Limits, limiter_for
 from .retry import RetryPolicy, parse_retry_after, with_retries
 
@@ -118,7 +119,10 @@ ADAPTER_VERSION = 1  # bump when what the adapter sends changes: it is part of i
 class OpenAIAdapter:
     """The model under test. ``PromptSpec.system`` becomes the system message."""
 
-    def __init__(self, spec: AdapterSpec) -> None:
+    def __init__(self, spec: "AdapterSpec | str") -> None:
+        if isinstance(spec, str):
+            raise KeyError(f"adapter {spec!r}: an OpenAI-compatible adapter is an object with id, model and "
+                           "base_url (adapters: [{id: ..., model: ..., base_url: ...}])")
         if not spec.base_url:
             raise KeyError(f"adapter {spec.id!r} has no base_url: set it in the spec, pass --base-url "
                            "or set EVAL_BASE_URL")
@@ -126,6 +130,9 @@ class OpenAIAdapter:
         register_secret_env(spec.api_key_env)
         self.endpoint = Endpoint(spec.base_url, spec.model, spec.api_key_env, spec.timeout_s, spec.price,
                                  dict(spec.params), Limits(spec.max_in_flight, spec.requests_per_minute))
+
+    async def aclose(self) -> None:
+        await close_current()
 
     def config(self) -> dict[str, Any]:
         return {"kind": "openai", "version": ADAPTER_VERSION, "id": self.id, "model": self.spec.model,
@@ -139,3 +146,14 @@ class OpenAIAdapter:
         return Completion(text=r.text, finish_reason=r.finish_reason, input_tokens=r.input_tokens,
                           output_tokens=r.output_tokens, cost_usd=r.cost_usd,
                           meta={"attempts": r.attempts, "call_ms": round((time.perf_counter() - started) * 1e3, 3)})
+
+
+def openai_judge(spec: JudgeSpec) -> LLMJudge:
+    """A rubric judge on an OpenAI-compatible endpoint, with its own key, price and limits."""
+    if not spec.base_url:
+        raise KeyError("the judge has no base_url: set judge.base_url, pass --judge-base-url, "
+                       "or set EVAL_JUDGE_BASE_URL / EVAL_BASE_URL")
+    register_secret_env(spec.api_key_env)
+    endpoint = Endpoint(spec.base_url, spec.model, spec.api_key_env, spec.timeout_s, spec.price, dict(spec.params),
+                        Limits(spec.max_in_flight, spec.requests_per_minute))
+    return LLMJudge(spec, lambda messages: chat(endpoint, messages), kind="openai", aclose=close_current)
