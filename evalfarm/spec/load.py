@@ -22,6 +22,9 @@ from .sourcemap import check_regular_file, line_for, load_yaml, read_text
 from .validation import spec_error
 
 
+HOLD_BYTES = 4 << 20  # JSONL datasets up to this size are held after validation, larger ones streamed
+
+
 @dataclass(frozen=True)
 class SpecFile:
     """A validated spec, the file it came from (for error lines) and the prompts it asks."""
@@ -77,7 +80,11 @@ def source_for(spec: EvalSpec, base_dir: Path, spec_path: Path | None = None,
         loaded = load_any(ds_path)
         count = check_duplicates(origins + loaded)
         source = PromptSource(inline=tuple(spec.prompts), loaded=tuple(p for p, _, _ in loaded), count=count)
-    else:  # JSONL: validate it all now (bad input stops here), keep only the ids; re-read when planning
+    elif ds_path.stat().st_size <= HOLD_BYTES:  # a small JSONL dataset: validated once and held
+        loaded = list(iter_jsonl(ds_path, spec_path))
+        count = check_duplicates(origins + loaded)
+        source = PromptSource(inline=tuple(spec.prompts), loaded=tuple(p for p, _, _ in loaded), count=count)
+    else:  # a big JSONL: validate it all now (bad input stops here), keep only the ids; re-read when planning
         count = check_duplicates(itertools.chain(origins, iter_jsonl(ds_path, spec_path)))
         source = PromptSource(inline=tuple(spec.prompts), stream=ds_path, count=count)
     if not count:

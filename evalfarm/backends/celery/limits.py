@@ -86,19 +86,25 @@ class RedisLimiter:
                 await self._wait_pause()
                 yield
                 return
-            r = self._redis()
-            token = uuid.uuid4().hex
-            while True:
-                wait_ms = await r.eval(_ACQUIRE, 3, *self.keys, token, self.limits.max_in_flight or 0,
-                                       self.interval_ms, self.burst_ms, self.lease_ms)
-                if int(wait_ms) <= 0:
-                    break
-                await asyncio.sleep(min(float(wait_ms), 5000) / 1000 * (1 + random.uniform(0, 0.1)))
-            try:
+            async with self.fleet_slot():
                 yield
-            finally:
-                if self.limits.max_in_flight:
-                    await r.zrem(self.keys[1], token)
+
+    @contextlib.asynccontextmanager
+    async def fleet_slot(self) -> AsyncIterator[None]:
+        """The fleet-wide part alone: a lease under ``max_in_flight`` and the rate, across every worker."""
+        r = self._redis()
+        token = uuid.uuid4().hex
+        while True:
+            wait_ms = await r.eval(_ACQUIRE, 3, *self.keys, token, self.limits.max_in_flight or 0,
+                                   self.interval_ms, self.burst_ms, self.lease_ms)
+            if int(wait_ms) <= 0:
+                break
+            await asyncio.sleep(min(float(wait_ms), 5000) / 1000 * (1 + random.uniform(0, 0.1)))
+        try:
+            yield
+        finally:
+            if self.limits.max_in_flight:
+                await r.zrem(self.keys[1], token)
 
     async def pause(self, seconds: float) -> None:
         ms = max(1, int(seconds * 1000))
@@ -109,3 +115,8 @@ class RedisLimiter:
 def install(url: str) -> None:
     """Make every provider call in this process go through the fleet-wide limiter."""
     set_limiter_factory(lambda eid, limits: RedisLimiter(url, eid, limits))
+
+
+def run_slots(url: str, run_id: str, max_in_flight: int) -> RedisLimiter:
+    """``run --concurrency N`` on the farm: at most N of the run's calls in flight across every worker."""
+    return RedisLimiter(url, f"run:{run_id}", Limits(max_in_flight=max_in_flight))

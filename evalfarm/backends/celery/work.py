@@ -27,6 +27,7 @@ from ...engine.items import Engine, bounded, within
 from ..finalize import spec_of
 from ..store import RunStore
 from .cache import RedisCache
+from .limits import run_slots
 
 log = get_logger("evalfarm.work")
 
@@ -69,6 +70,19 @@ class RunContext:
         self.options = meta.get("options") or {}
         self._engine: Engine | None = None
         self.store_url = store_url
+        cap = self.options.get("max_in_flight")  # run --concurrency N: N calls in flight across the fleet
+        self.slots = run_slots(store_url, meta["run_id"], int(cap)) if cap and store_url else None
+
+    def in_flight(self, worker_cap: int) -> int:
+        cap = self.options.get("max_in_flight")
+        return min(worker_cap, int(cap)) if cap else worker_cap
+
+    async def held(self, coro: Awaitable[T]) -> T:
+        """Await ``coro`` holding one of the run's fleet-wide slots (when the run has a cap)."""
+        if self.slots is None:
+            return await coro
+        async with self.slots.fleet_slot():
+            return await coro
 
     def _cache(self) -> ResponseCache | None:
         if not self.options.get("cache"):
@@ -139,8 +153,8 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     items = [Item.from_dict(json.loads(raw)) for raw in store.get_items(run_id, todo) if raw]
     engine = ctx.engine
     deadline = _deadline(time_limit_s)
-    outcomes = WORKER_LOOP.run(lambda: bounded(max_in_flight, [
-        lambda i=i: within(deadline, engine.call(i), i, "adapter") for i in items])) if items else []
+    outcomes = WORKER_LOOP.run(lambda: bounded(ctx.in_flight(max_in_flight), [
+        lambda i=i: within(deadline, ctx.held(engine.call(i)), i, "adapter") for i in items])) if items else []
     needs_judge = [o for o in outcomes if o.error is None] if engine.judged else []
     judged_ids = {id(o) for o in needs_judge}
     final = [engine.decide(o) for o in outcomes if id(o) not in judged_ids]
@@ -165,7 +179,8 @@ def execute_judge(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     pairs = [(Item.from_dict(json.loads(raw)), partial[k]) for k, raw in zip(partial, raws) if raw]
     engine = ctx.engine
     deadline = _deadline(time_limit_s)
-    judged = WORKER_LOOP.run(lambda: bounded(max_in_flight, [
-        lambda i=i, o=o: within(deadline, engine.judge(i, o), i, "judge", o) for i, o in pairs])) if pairs else []
+    judged = WORKER_LOOP.run(lambda: bounded(ctx.in_flight(max_in_flight), [
+        lambda i=i, o=o: within(deadline, ctx.held(engine.judge(i, o)), i, "judge", o) for i, o in pairs])) \
+        if pairs else []
     _record(store, ctx, run_id, judged, enqueue_aggregate)
     return len(judged)
