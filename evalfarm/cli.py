@@ -263,6 +263,9 @@ from .cli_ab import ab, audit  # noqa: E402
 
 main.add_command(ab)
 main.add_command(audit)
+from .dashboard.cli import serve  # noqa: E402
+
+main.add_command(serve)
 
 
 if __name__ == "__main__":  # pragma: no cover
