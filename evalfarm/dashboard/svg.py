@@ -99,7 +99,7 @@ def intervals(rows: Iterable[tuple[str, float | None, float | None, float | None
     axis that always includes zero (the dashed line): an interval crossing it is no evidence."""
     value_fmt = value_fmt or (lambda v: f"{v:+.4g}")
     rows = [r for r in rows]
-    label_w, pad, row = 150, 14, 30
+    label_w, pad, row = 200, 14, 30
     vals = [v for _, d, lo, hi in rows for v in (d, lo, hi) if v is not None] + [0.0]
     lo_all, hi_all = min(vals), max(vals)
     if hi_all - lo_all < 1e-12:
