@@ -25,6 +25,51 @@ SHOTS = ARTIFACTS / "dashboard"
 XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
 
 
+def wait_until(check, timeout: float = 15.0, what: str = "condition"):
+    """Poll ``check()`` from Python (the pages' CSP forbids the eval that page.wait_for_function needs)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def metric_values(text: str) -> dict[tuple[str, frozenset], float]:
+    """Prometheus exposition parsed by prometheus_client's own parser: {(sample, labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+@pytest.fixture(scope="module")
+def browser(request):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = launch_chromium(p)
+        version = b.version
+        yield b
+        b.close()
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\ndashboard screenshots (chromium {version}): {SHOTS}")
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = ctx.new_page()
+    pg.dialogs = []  # any alert/confirm/prompt would mean injected script ran
+    pg.on("dialog", lambda d: (pg.dialogs.append(d.message), d.dismiss()))
+    pg.errors = []
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    yield pg
+    ctx.close()
+
+
 def launch_chromium(playwright):
     if not Path(CHROMIUM).exists():
         pytest.fail("Debian's chromium is not installed: run 'make chromium' (apt-get install chromium)")

@@ -10,10 +10,9 @@ import shutil
 import pytest
 
 from conftest import run_cli
-from dashboard_support import SHOTS, XSS, Serve, launch_chromium, make_state, shot
+from dashboard_support import XSS, Serve, browser, make_state, page, shot, wait_until  # noqa: F401 (fixtures)
 from providers_fixture import MockProviderProc
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[test]' (playwright)")
 
 
 @pytest.fixture(scope="module")
@@ -30,29 +29,6 @@ def server(built):
     s = Serve(built["state"])
     yield s
     s.stop()
-
-
-@pytest.fixture(scope="module")
-def browser(request):
-    with sync_api.sync_playwright() as p:
-        b = launch_chromium(p)
-        yield b
-        b.close()
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"dashboard screenshots (chromium {b.version}): {SHOTS}")
-
-
-@pytest.fixture
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = ctx.new_page()
-    pg.dialogs = []  # any alert/confirm/prompt would mean injected script ran
-    pg.on("dialog", lambda d: (pg.dialogs.append(d.message), d.dismiss()))
-    pg.errors = []
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    yield pg
-    ctx.close()
 
 
 def test_runs_page_lists_the_runs_and_a_click_opens_one(page, built, server):
@@ -111,7 +87,8 @@ def test_case_list_filters_without_reload_and_a_case_shows_checks_and_criteria(p
     page.goto(f"{server.url}/runs/{rid}")
     page.evaluate("window.__sameDocument = 42")
     page.select_option("#case-filter select[name=filter]", "instruction_miss")
-    page.wait_for_function("document.querySelectorAll('#case-rows tr.case-row').length === 1")
+    wait_until(lambda: page.locator("#case-rows tr.case-row").count() == 1 and "filter=instruction_miss" in page.url,
+               what="the filtered case list")
     assert page.evaluate("window.__sameDocument") == 42  # filtered through the API, no reload
     assert "filter=instruction_miss" in page.url
     row = page.locator("#case-rows tr.case-row").first
