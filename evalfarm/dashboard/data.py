@@ -436,8 +436,8 @@ class State:
             raw = self._parse(path, key[0])
             summary = _summary(raw, rid)
             prompts = safe.mapping(raw.get("prompts"))
-            outcomes = [_outcome(i, o, prompts) for i, o in enumerate(safe.seq(raw.get("outcomes")))
-                        if isinstance(o, dict)]
+            outcomes = [_outcome(i, o, prompts) for i, o in
+                        enumerate(o for o in safe.seq(raw.get("outcomes")) if isinstance(o, dict))]
             skipped = len(safe.seq(raw.get("outcomes"))) - len(outcomes)
             if skipped:
                 summary["problems"].append(f"{skipped} outcome(s) are not JSON objects and are not shown")
