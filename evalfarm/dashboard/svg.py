@@ -58,7 +58,7 @@ def bar_chart(items: Sequence[tuple[str, float]], name: str, unit: str = "", wid
     parts = [f'<svg class="chart" data-chart="{esc(name)}" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(name)}">']
     if not items:
-        parts.append(f'<text x="0" y="16" class="empty">nothing to chart</text>')
+        parts.append('<text x="0" y="16" class="empty">nothing to chart</text>')
     for i, (label, value) in enumerate(items):
         y = 3 + i * row
         w = max(0.0, value) / top * plot_w
