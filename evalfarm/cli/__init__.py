@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "rubric": ("evalfarm.cli.providers", "rubric", "Draft a weighted rubric for a new case."),
     "mock-provider": ("evalfarm.cli.providers", "mock_provider", "A local scripted OpenAI-compatible server."),
     "selftest": ("evalfarm.cli.providers", "selftest", "Offline proof that the engine works."),
+    "serve": ("evalfarm.dashboard.cli", "serve", "The dashboard: runs, diffs, A/B, the live farm, /metrics."),
 }
 ALIASES = {"ls": "list"}
 DEBUG = False
