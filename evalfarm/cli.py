@@ -264,6 +264,10 @@ from .cli_ab import ab, audit  # noqa: E402
 main.add_command(ab)
 main.add_command(audit)
 
+from .interop.cli import register_interop  # noqa: E402
+
+register_interop(main)
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()
