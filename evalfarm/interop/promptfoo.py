@@ -88,6 +88,7 @@ class _Test:
     asserts: list[tuple[_Doc, tuple, Any]]  # (where, loc, raw assertion)
     prefix: str = ""
     suffix: str = ""
+    dropped: bool = False  # something test-level was refused: listed, never rendered
 
 
 @dataclass
@@ -236,7 +237,7 @@ class PromptfooImporter:
         if extra:
             raise Refused(f"provider key {extra[0]!r} is not supported", field=extra[0])
         pid = entry["id"]
-        match = re.fullmatch(r"openai:(?:chat:)?([^:\s]+)", pid)
+        match = re.fullmatch(r"openai:chat:(\S+)", pid) or re.fullmatch(r"openai:([^:\s]+)", pid)
         if match is None or match.group(1) in ("chat", "responses", "completion", "embedding", "embeddings",
                                                "assistant", "image", "realtime", "moderation"):
             raise Refused(f"provider {pid!r} is not an OpenAI-compatible chat model "
@@ -316,6 +317,7 @@ class PromptfooImporter:
         out = []
         for path in self.resolve(entry):
             rel = str(path.relative_to(self.base))
+            shown = str(self.config.parent / rel)  # as the user would type it, next to the config
             suffix = path.suffix.lower()
             if suffix in _CODE_FILES:
                 raise Refused(f"{rel}: a prompt function runs code; evalfarm imports data only")
@@ -334,19 +336,21 @@ class PromptfooImporter:
                 for body, first in parts:
                     lead = len(body) - len(body.lstrip())
                     body_line = first + body[:lead].count("\n")
-                    if body.strip():
-                        out.append(self._template(body.strip(), f"{rel}: {body.strip()}", str(path), body_line))
-            elif suffix in (".md", ".j2"):
-                out.append(self._template(text, label or rel, str(path), 1))
-            elif suffix == ".json":
-                out.append(self._template(text, label or rel, str(path), 1))
+                    if not body.strip():
+                        continue
+                    try:  # each part stands alone: one bad part does not hide the others
+                        out.append(self._template(body.strip(), f"{rel}: {body.strip()}", shown, body_line))
+                    except _Located as exc:
+                        self.refuse(Finding(exc.path, exc.line, dotted(loc), str(exc)))
+            elif suffix in (".md", ".j2", ".json"):
+                out.append(self._template(text, label or rel, shown, 1))
             elif suffix in (".yaml", ".yml"):
                 try:
                     data = yaml.safe_load(text)
                 except yaml.YAMLError as exc:
                     raise Refused(f"{rel}: invalid YAML ({type(exc).__name__})") from None
                 out.append(self._template(json.dumps(data, ensure_ascii=False, separators=(",", ":")),
-                                          label or rel, str(path), 1, line_in_text=False))
+                                          label or rel, shown, 1, line_in_text=False))
             else:
                 raise Refused(f"{rel}: prompt files of type {suffix or '(none)'!r} are not supported "
                               "(.txt, .md, .j2, .json, .yaml)")
@@ -354,8 +358,7 @@ class PromptfooImporter:
 
     def _template(self, text: str, label: str, path: str, line: int | None, line_in_text: bool = True) -> _Template:
         """Check a prompt template once (not per test); a chat prompt becomes system + user."""
-        system = None
-        user = text
+        system, user, chat = None, text, False
         stripped = text.strip()
         if stripped.startswith("["):
             try:
@@ -364,6 +367,7 @@ class PromptfooImporter:
                 messages = None
             if isinstance(messages, list):
                 system, user = _chat(messages)
+                chat = True
         for part in (system, user):
             if part is None:
                 continue
@@ -372,7 +376,7 @@ class PromptfooImporter:
             except TemplateUnsupported as exc:
                 where = (line or 1) + line_of(part, exc.offset) - 1 if line_in_text and part is text else line
                 raise _Located(str(exc), path, where) from None
-        return _Template(label=label, user=user, system=system, path=path, line=line, chat=stripped != user)
+        return _Template(label=label, user=user, system=system, path=path, line=line, chat=chat)
 
     # ---- tests ------------------------------------------------------------------------------------
     def _default_test(self, doc: _Doc) -> tuple[_Test | None, dict[str, Any] | None]:
@@ -485,9 +489,9 @@ class PromptfooImporter:
             return None
         asserts = [] if (default is None or disable_default) else list(default.asserts)
         asserts += [(doc, loc + ("assert", j), a) for j, a in enumerate(asserts_raw)]
-        if not ok and not is_default:
-            return None  # rendered without what was refused, its verdict would not be promptfoo's
-        return _Test(doc, loc, desc if isinstance(desc, str) else None, variables_, asserts, prefix, suffix)
+        # rendered without what was refused, its verdict would not be promptfoo's: drop it
+        return _Test(doc, loc, desc if isinstance(desc, str) else None, variables_, asserts, prefix, suffix,
+                     dropped=not ok and not is_default)
 
     def _var(self, value: Any) -> Any:
         if isinstance(value, str) and value.startswith("file://"):
@@ -521,7 +525,9 @@ class PromptfooImporter:
         seen_ids: set[str] = set()
         expanded = []
         for test in tests:
-            expanded += [(test, combo) for combo in _combinations(test.vars)]
+            self._list_refused_asserts(test)  # listed even when no prompt renders
+            if not test.dropped:
+                expanded += [(test, combo) for combo in _combinations(test.vars)]
         for t_index, (test, combo) in enumerate(expanded):
             for p_index, tpl in enumerate(templates):
                 pid = f"t{t_index + 1:0{len(str(len(expanded)))}d}"
@@ -542,6 +548,16 @@ class PromptfooImporter:
                 items[pid] = {"test_index": t_index, "prompt_index": p_index, "vars": combo,
                               "asserts": prompt.pop("_asserts")}
         return prompts, items
+
+    def _list_refused_asserts(self, test: _Test) -> None:
+        """Every test's assertions are checked up front, so one import lists every refusal."""
+        combo = next(iter(_combinations(test.vars)), {})
+        for adoc, aloc, raw in test.asserts:
+            try:
+                map_assert(raw, combo, self.load_value_file, 1)
+            except Refused as exc:
+                self.refuse(adoc.at(aloc, str(exc), sub=exc.field))
+                self._refused_asserts[(str(adoc.path), aloc)] = str(raw.get("type") if isinstance(raw, dict) else None)
 
     def _render_one(self, pid: str, tpl: _Template, test: _Test, combo: dict[str, Any]) -> dict[str, Any] | None:
         if (test.prefix or test.suffix) and tpl.chat:

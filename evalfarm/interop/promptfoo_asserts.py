@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 from .template import TemplateUnsupported, js_string, render
 
+KNOWN = {"contains", "icontains", "starts-with", "regex", "equals", "is-json", "contains-json", "contains-all",
+             "icontains-all", "contains-any", "icontains-any", "llm-rubric"}
 # keys an assertion may carry that do not change its pass/fail verdict here
 _HARMLESS_KEYS = {"type", "value", "weight", "metric", "description"}
 
@@ -111,12 +113,16 @@ def map_assert(raw: Any, variables: dict[str, Any], load_file: Callable[[str], A
     """One promptfoo assertion (already known to be a mapping) under one test's vars."""
     if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
         raise Refused("an assertion must be a mapping with a 'type'")
-    extra = sorted(set(raw) - _HARMLESS_KEYS)
-    if extra:
-        raise Refused(f"assertion key {extra[0]!r} is not supported (it changes what is checked)", field=extra[0])
     kind = raw["type"]
     inverse = kind.startswith("not-")
     base = kind[4:] if inverse else kind
+    if base not in KNOWN:
+        raise Refused(f"assertion type {kind!r} is not supported by the importer "
+                      "(supported: contains, icontains, equals, regex, is-json, starts-with, "
+                      "contains/icontains-all/-any, llm-rubric and their not- forms)")
+    extra = sorted(set(raw) - _HARMLESS_KEYS)
+    if extra:
+        raise Refused(f"assertion key {extra[0]!r} is not supported (it changes what is checked)", field=extra[0])
     missing: list[str] = []
     value = _render(raw.get("value"), variables, missing)
     out = Mapped()
@@ -179,7 +185,7 @@ def map_assert(raw: Any, variables: dict[str, Any], load_file: Callable[[str], A
     elif base == "contains-json":
         raise Refused("contains-json finds JSON inside prose; evalfarm has no such check "
                       "(proposed: check kind 'contains_json' with an optional schema)")
-    elif base == "llm-rubric":
+    else:  # llm-rubric
         if inverse:
             raise Refused("not-llm-rubric has no evalfarm equivalent (a criterion cannot be inverted)")
         if not isinstance(value, str) or not value.strip():
@@ -188,9 +194,5 @@ def map_assert(raw: Any, variables: dict[str, Any], load_file: Callable[[str], A
         if not isinstance(weight, (int, float)) or isinstance(weight, bool) or weight <= 0:
             raise Refused("llm-rubric weight must be a number above 0 for an evalfarm criterion", field="weight")
         out.criteria.append({"id": f"rubric-{rubric_index}", "weight": float(weight), "description": value.strip()})
-    else:
-        raise Refused(f"assertion type {kind!r} is not supported by the importer "
-                      "(supported: contains, icontains, equals, regex, is-json, starts-with, "
-                      "contains/icontains-all/-any, llm-rubric and their not- forms)")
     return out
 
