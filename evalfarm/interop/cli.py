@@ -7,6 +7,7 @@ the (untrusted) report before its first byte goes out.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import tempfile
@@ -120,9 +121,13 @@ def _report(run: str, state_dir: Path) -> tuple[dict[str, Any], str]:
 def _emit(chunks, output: Path | None) -> None:
     if output is None:
         out = sys.stdout.buffer
-        for chunk in chunks:
-            out.write(chunk)
-        out.flush()
+        try:
+            for chunk in chunks:
+                out.write(chunk)
+            out.flush()
+        except BrokenPipeError:  # `... | head`: the reader has all it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
     else:
         if output.is_dir():
             raise UsageError(f"-o {output}: is a directory; give a file path")
