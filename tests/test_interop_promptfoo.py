@@ -142,7 +142,7 @@ def test_promptfoo_and_evalfarm_agree_on_every_assertion(promptfoo_cli, provider
     where = {(v["test_index"], v["prompt_index"]): (pid, v) for pid, v in result.items.items()}
     pf_results = json.loads((work / "pf.json").read_text())["results"]["results"]
     ef = {(o["adapter"], o["prompt_id"]): o for o in json.loads((work / "ef.json").read_text())["outcomes"]}
-    assert len(pf_results) == len(ef) == 24
+    assert len(pf_results) == len(ef) == 30
 
     compared, passed, mismatches, types = 0, 0, [], set()
     for r in pf_results:
@@ -164,7 +164,7 @@ def test_promptfoo_and_evalfarm_agree_on_every_assertion(promptfoo_cli, provider
         assert r["success"] == outcome["passed"], (adapter, pid)
     assert mismatches == []
     # both outcomes occur: the comparison can fail either way
-    assert compared == 162 and 0 < passed < compared
+    assert compared == 180 and 0 < passed < compared
     assert types == {"contains", "icontains", "starts-with", "not-starts-with", "regex", "not-regex", "equals",
                      "not-equals", "contains-any", "icontains-all", "not-contains-all", "not-icontains-any",
                      "contains-all", "is-json", "not-contains", "not-icontains"}
@@ -232,3 +232,55 @@ def test_bad_configs_are_one_line_and_write_nothing(tmp_path):
     assert into_dir.returncode == 2 and "is a directory" in one_line_errors(into_dir.stderr)[0]
     stdout = run_cli("import", "promptfoo", str(ok))
     assert stdout.returncode == 0 and yaml.safe_load(stdout.stdout)["prompts"] == [{"id": "t1", "text": "Hi Ann"}]
+
+
+def test_config_features_map_as_promptfoo_renders_them(tmp_path):
+    """Test files, file vars, var arrays, defaultTest vars, chat prompts from YAML, markdown prompts,
+    the provider map form, apiHost and a grader from defaultTest: the spec says exactly what promptfoo
+    would send and check."""
+    _write(tmp_path, "prompts/ask.md", "# Ask\n{{question}} ({{style}})\n")
+    _write(tmp_path, "prompts/chat.yaml", "- role: system\n  content: Be {{style}}.\n- role: user\n  content: "
+                                          "'{{question}}'\n")
+    _write(tmp_path, "vars/q.txt", "  What is 2+2?  \n")
+    _write(tmp_path, "tests.yaml", "- description: Sum (file var)\n  vars: {question: file://vars/q.txt}\n"
+                                   "  assert: [{type: llm-rubric, value: 'says {{question}} is 4', weight: 2}]\n")
+    config = _write(tmp_path, "promptfooconfig.yaml", """\
+prompts: [file://prompts/ask.md, file://prompts/chat.yaml]
+providers:
+  - openai:chat:gpt-4o-mini:
+      label: mini
+      config: {apiHost: llm.example.test, temperature: 0.2, max_tokens: 50}
+defaultTest:
+  vars: {style: short}
+  options:
+    provider: {id: openai:chat:grader-1, config: {apiBaseUrl: 'http://127.0.0.1:9/v1', apiKeyEnvar: GRADER_KEY}}
+  assert: [{type: not-contains, value: sorry}]
+tests:
+  - file://tests.yaml
+  - vars: {question: ['Red?', 'Blue?'], style: '{{ nope }}x'}
+    assert: [{type: equals, value: '{{missing}}'}]
+""")
+    out = tmp_path / "spec.yaml"
+    proc = run_cli("import", "promptfoo", str(config), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "missing have no value in this test; rendered empty" in proc.stderr
+    spec = yaml.safe_load(out.read_text())
+    assert spec["name"] == f"promptfoo-{tmp_path.name}"
+    assert spec["adapters"] == [{"id": "mini", "provider": "openai", "model": "gpt-4o-mini",
+                                 "base_url": "https://llm.example.test/v1", "api_key_env": "OPENAI_API_KEY",
+                                 "params": {"temperature": 0.2, "max_tokens": 50}}]
+    judge = spec["judge"]
+    assert (judge["model"], judge["base_url"], judge["api_key_env"], judge["pass_score"]) == \
+        ("grader-1", "http://127.0.0.1:9/v1", "GRADER_KEY", 1.0)
+    prompts = {p["id"]: p for p in spec["prompts"]}
+    assert list(prompts) == ["t1-sum-file-var.p1", "t1-sum-file-var.p2", "t2.p1", "t2.p2", "t3.p1", "t3.p2"]
+    first = prompts["t1-sum-file-var.p1"]
+    assert first["text"] == "# Ask\nWhat is 2+2? (short)\n"  # the .md file whole, the .txt var trimmed
+    assert first["checks"] == [{"kind": "not_contains", "value": "sorry"}]
+    assert first["criteria"] == [{"id": "rubric-1", "weight": 2.0, "description": "says What is 2+2? is 4"}]
+    assert (prompts["t1-sum-file-var.p2"]["system"], prompts["t1-sum-file-var.p2"]["text"]) == \
+        ("Be short.", "What is 2+2?")
+    # the array var expands into two tests; a var's own braces are not rendered again
+    assert prompts["t2.p1"]["text"] == "# Ask\nRed? ({{ nope }}x)\n" and prompts["t3.p2"]["text"] == "Blue?"
+    assert prompts["t3.p1"]["checks"][1] == {"kind": "regex", "pattern": "\\A\\Z"}  # equals '' (missing var)
+    assert judge["rubric"].startswith("This item has no rubric of its own")

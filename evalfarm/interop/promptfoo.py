@@ -23,7 +23,7 @@ import yaml
 
 from ._compat import SpecError, dotted, line_for, load_yaml, read_text
 from .promptfoo_asserts import Refused, map_assert
-from .template import TemplateUnsupported, line_of, render, variables
+from .template import TemplateUnsupported, is_partial, line_of, prepare_vars, render, render_prompt, variables
 
 PROMPTFOO_VERSION = "0.123.1"  # the version whose behaviour this mirrors (and the tests install)
 DEFAULT_GRADER = "gpt-5.6-sol"  # promptfoo 0.123.1's DEFAULT_OPENAI_GRADING_MODEL
@@ -149,10 +149,14 @@ class PromptfooImporter:
             raise Refused(str(exc)) from None
 
     def load_value_file(self, ref: str) -> Any:
-        """An assertion's ``file://`` value (a JSON/YAML schema)."""
+        """An assertion's ``file://`` value, as promptfoo's processFileReference reads it: JSON/YAML
+        parsed, ``.txt`` trimmed; scripts are refused."""
         path = self.resolve(ref)[0]
+        if path.suffix == ".txt":
+            return self._read(path).strip()
         if path.suffix not in (".json", ".yaml", ".yml"):
-            raise Refused(f"{ref}: only .json/.yaml schema files are supported here")
+            raise Refused(f"{ref}: an assertion value from a {path.suffix or 'extensionless'} file is not "
+                          "supported (.json, .yaml, .txt)")
         try:
             return yaml.safe_load(self._read(path))
         except yaml.YAMLError as exc:
@@ -311,11 +315,19 @@ class PromptfooImporter:
             raise Refused("a prompt must be a string, a file:// reference or a mapping with raw/id")
         line = line_for(doc.lines, loc)
         if not entry.startswith("file://"):
-            if re.fullmatch(r"\S+\.(txt|md|j2|json|ya?ml|py|js|ts)", entry.strip()):
-                raise Refused(f"{entry!r} looks like a file path; promptfoo needs file:// to read it")
-            return [self._template(entry, label or entry, str(doc.path), line, line_in_text=False)]
+            if not maybe_file_path(entry):
+                return [self._template(entry, label or entry, str(doc.path), line, line_in_text=False)]
+            try:  # promptfoo reads such a string as a file path, file:// or not
+                paths = self.resolve(entry)
+            except Refused as exc:
+                if "*" in entry and "no file matches" in str(exc):
+                    return [self._template(entry, label or entry, str(doc.path), line, line_in_text=False)]
+                raise Refused(f"promptfoo reads the prompt {entry!r} as a file path (it has a '/', '\\', '*' or "
+                              f"a file extension), and: {exc}") from None
+        else:
+            paths = self.resolve(entry)
         out = []
-        for path in self.resolve(entry):
+        for path in paths:
             rel = str(path.relative_to(self.base))
             shown = str(self.config.parent / rel)  # as the user would type it, next to the config
             suffix = path.suffix.lower()
@@ -359,15 +371,19 @@ class PromptfooImporter:
     def _template(self, text: str, label: str, path: str, line: int | None, line_in_text: bool = True) -> _Template:
         """Check a prompt template once (not per test); a chat prompt becomes system + user."""
         system, user, chat = None, text, False
-        stripped = text.strip()
-        if stripped.startswith("["):
-            try:
-                messages = json.loads(stripped)
-            except json.JSONDecodeError:
-                messages = None
-            if isinstance(messages, list):
-                system, user = _chat(messages)
-                chat = True
+        if text.strip().startswith("- role:"):
+            raise Refused("an inline YAML chat prompt is not supported: put the messages in a .yaml or .json file")
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError:
+            parsed = _NOT_JSON
+        if parsed is not _NOT_JSON:  # promptfoo renders a JSON prompt value by value, then re-serialises it
+            if not isinstance(parsed, list):
+                raise Refused("a JSON prompt that is not a list of chat messages is not supported")
+            system, user = _chat(parsed)
+            chat = True
+        elif is_partial(text):
+            return _Template(label=label, user=user, system=None, path=path, line=line)  # sent as written
         for part in (system, user):
             if part is None:
                 continue
@@ -551,7 +567,7 @@ class PromptfooImporter:
 
     def _list_refused_asserts(self, test: _Test) -> None:
         """Every test's assertions are checked up front, so one import lists every refusal."""
-        combo = next(iter(_combinations(test.vars)), {})
+        combo = prepare_vars(next(iter(_combinations(test.vars)), {}))
         for adoc, aloc, raw in test.asserts:
             try:
                 map_assert(raw, combo, self.load_value_file, 1)
@@ -564,15 +580,19 @@ class PromptfooImporter:
             self.refuse(test.doc.at(test.loc, "options.prefix/suffix on a chat prompt: promptfoo then sends the "
                                               "JSON as text; not supported", sub="options"))
             return None
-        try:  # promptfoo renders prefix + template + suffix as one template
-            user, missing = render(f"{test.prefix}{tpl.user}{test.suffix}", combo)
-        except TemplateUnsupported as exc:
-            self.refuse(test.doc.at(test.loc, str(exc), sub="options"))
-            return None
+        values = prepare_vars(combo)
         system = None
-        if tpl.system is not None:
-            system, more = render(tpl.system, combo)
-            missing += more
+        try:
+            if tpl.chat:
+                user, missing = render(tpl.user, values)
+                if tpl.system is not None:
+                    system, more = render(tpl.system, values)
+                    missing += more
+            else:  # promptfoo renders prefix + template + suffix as one template
+                user, missing = render_prompt(f"{test.prefix}{tpl.user}{test.suffix}", values)
+        except TemplateUnsupported as exc:
+            self.refuse(test.doc.at(test.loc, str(exc), sub="vars"))
+            return None
         if missing:
             self.caveat(Finding(tpl.path, tpl.line, "prompts",
                                 f"variable(s) {', '.join(sorted(set(missing)))} have no value in some tests; "
@@ -584,7 +604,7 @@ class PromptfooImporter:
         for adoc, aloc, raw in test.asserts:
             kind = raw.get("type") if isinstance(raw, dict) else None
             try:
-                result = map_assert(raw, combo, self.load_value_file, len(criteria) + 1)
+                result = map_assert(raw, values, self.load_value_file, len(criteria) + 1)
             except Refused as exc:
                 self.refuse(adoc.at(aloc, str(exc), sub=exc.field))
                 self._refused_asserts[(str(adoc.path), aloc)] = str(kind)
@@ -610,6 +630,21 @@ class _Located(Refused):
     def __init__(self, message: str, path: str, line: int | None) -> None:
         super().__init__(message)
         self.path, self.line = path, line
+
+
+_NOT_JSON = object()
+_FILE_EXTENSIONS = (".cjs", ".cts", ".j2", ".js", ".json", ".jsonl", ".md", ".mjs", ".mts", ".py", ".ts", ".txt",
+                    ".yml", ".yaml")
+
+
+def maybe_file_path(text: str) -> bool:
+    """promptfoo's test for "this prompt string is a file path" (src/prompts/utils.ts)."""
+    if any(s in text for s in ("\n", "portkey://", "langfuse://", "helicone://")):
+        return False
+    tokens = text.split(":")
+    last, before = tokens[-1], tokens[-2] if len(tokens) > 1 else ""
+    return (text.startswith("file://") or any(last.endswith(e) or before.endswith(e) for e in _FILE_EXTENSIONS)
+            or text[-3:-2] == "." or text[-4:-3] == "." or any(c in text for c in "*/\\"))
 
 
 def _chat(messages: list) -> tuple[str | None, str]:

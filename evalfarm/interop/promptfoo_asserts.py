@@ -71,18 +71,15 @@ def _string_list(value: Any, kind: str) -> list[str]:
                   "(a comma-separated string is not)")
 
 
-def _schema(value: Any, kind: str, load_file: Callable[[str], Any]) -> dict[str, Any]:
+def _schema(value: Any, kind: str) -> dict[str, Any]:
     import jsonschema
     import yaml
 
     if isinstance(value, str):
-        if value.startswith("file://"):
-            value = load_file(value)
-        else:
-            try:
-                value = yaml.safe_load(value)
-            except yaml.YAMLError:
-                raise Refused(f"{kind}: the value is not a JSON schema (unparseable YAML)") from None
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise Refused(f"{kind}: the value is not a JSON schema (unparseable YAML)") from None
     if not isinstance(value, dict):
         raise Refused(f"{kind}: the schema must be a mapping, got {type(value).__name__}")
     try:
@@ -92,10 +89,15 @@ def _schema(value: Any, kind: str, load_file: Callable[[str], Any]) -> dict[str,
     return value
 
 
-def _render(value: Any, variables: dict[str, Any], missing: list[str]) -> Any:
-    """Assertion values are Nunjucks templates too (strings only)."""
+def _render(value: Any, variables: dict[str, Any], missing: list[str], load_file: Callable[[str], Any]) -> Any:
+    """An assertion value as promptfoo sees it: a ``file://`` value is the file's content, a
+    string (or each string of a list) is a Nunjucks template over the test's vars."""
+    if isinstance(value, list):
+        return [_render(v, variables, missing, load_file) if isinstance(v, str) else v for v in value]
     if not isinstance(value, str):
         return value
+    if value.startswith("file://"):
+        return load_file(value)
     try:
         text, absent = render(value, variables)
     except TemplateUnsupported as exc:
@@ -124,7 +126,7 @@ def map_assert(raw: Any, variables: dict[str, Any], load_file: Callable[[str], A
     if extra:
         raise Refused(f"assertion key {extra[0]!r} is not supported (it changes what is checked)", field=extra[0])
     missing: list[str] = []
-    value = _render(raw.get("value"), variables, missing)
+    value = _render(raw.get("value"), variables, missing, load_file)
     out = Mapped()
     if missing:
         out.caveats.append(f"variable(s) {', '.join(sorted(set(missing)))} have no value in this test; "
@@ -162,7 +164,7 @@ def map_assert(raw: Any, variables: dict[str, Any], load_file: Callable[[str], A
         if value in (None, ""):
             out.checks.append({"kind": "json"})
         else:
-            out.checks.append({"kind": "json_schema", "schema": _schema(value, kind, load_file)})
+            out.checks.append({"kind": "json_schema", "schema": _schema(value, kind)})
         out.caveats.append(_JSON_CAVEAT)
     elif base in ("contains-all", "icontains-all", "contains-any", "icontains-any"):
         values = _string_list(value, kind)

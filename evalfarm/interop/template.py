@@ -11,6 +11,9 @@ from typing import Any
 
 _OPEN = re.compile(r"\{\{|\{%|\{#")
 _PLAIN = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+# an unclosed tag on a line: promptfoo then wraps the whole text in {% raw %} and sends it as written
+_PARTIAL = re.compile(r"(\{%[^%]*$|\{\{[^}]*$|\{#[^#]*$)", re.M)
+_REFERENCE = re.compile(r"\{\{\s*(\w+)\s*\}\}", re.ASCII)
 
 
 class TemplateUnsupported(ValueError):
@@ -62,6 +65,48 @@ def render(text: str, values: dict[str, Any]) -> tuple[str, list[str]]:
         return js_string(values[name])
 
     return _PLAIN.sub(one, text), missing
+
+
+def is_partial(text: str) -> bool:
+    return _PARTIAL.search(text) is not None
+
+
+def prepare_vars(values: dict[str, Any]) -> dict[str, Any]:
+    """What promptfoo does to a test's vars before rendering (renderPrompt): one trailing newline
+    dropped from each string, then ``{{ other }}`` references between vars substituted, first one
+    per var per pass, at most 5 passes (resolveVariables). Assertions see these vars too."""
+    out = {k: v[:-1] if isinstance(v, str) and v.endswith("\n") else v for k, v in values.items()}
+    for _ in range(5):
+        changed = False
+        for key in list(out):
+            value = out[key]
+            match = _REFERENCE.search(value) if isinstance(value, str) else None
+            if match and match.group(1) in out:
+                ref = out[match.group(1)]
+                out[key] = value.replace(match.group(0), "null" if ref is None else js_string(ref), 1)
+                changed = True
+        if not changed:
+            break
+    return out
+
+
+def render_prompt(text: str, values: dict[str, Any]) -> tuple[str, list[str]]:
+    """A text prompt as promptfoo renders it: a var whose own template references only known
+    vars is rendered first; a text with an unclosed tag is sent as written."""
+    if is_partial(text):
+        return text, []
+    variables(text)
+    rendered: dict[str, Any] = {}
+    for key, value in values.items():
+        if not isinstance(value, str) or is_partial(value):
+            rendered[key] = value
+            continue
+        try:
+            names = variables(value)
+        except TemplateUnsupported as exc:
+            raise TemplateUnsupported(f"var {key!r}: {exc}", 0) from None
+        rendered[key] = value if any(n not in values for n in names) else render(value, values)[0]
+    return render(text, rendered)
 
 
 def _describe(text: str, offset: int) -> str:
