@@ -221,6 +221,8 @@ def _tampered(report: dict, tmp: Path, name: str, change) -> Path:
     ("outcomes", lambda d: d.update(outcomes={"a": 1}), "outcomes is not a list of items"),
     ("schema", lambda d: d.update(schema="other/1"), "schema is 'other/1'"),
     ("adapters", lambda d: d.update(adapters=[1]), "adapters: expected a list of adapter ids"),
+    ("trials", lambda d: d.update(trials="2"), "trials: expected an integer >= 1"),
+    ("judge", lambda d: d.update(judge="j-1"), "judge: expected an object or null"),
 ])
 def test_damaged_reports_are_one_line_exit_2(run, tmp_path, name, change, expected):
     _, _, report = run

@@ -17,7 +17,7 @@ from typing import Any
 import click
 import yaml
 
-from ._compat import (EXIT_USAGE, EvalfarmError, SpecError, UsageError, atomic_write, load_report, load_spec,
+from ._compat import (EvalfarmError, SpecError, UsageError, atomic_write, load_report, load_spec,
                       resolve_ref, state_dir_option, write_stream)
 
 
@@ -115,6 +115,9 @@ def _report(run: str, state_dir: Path) -> tuple[dict[str, Any], str]:
             raise UsageError(f"{path}: {key}: expected a list of adapter ids")
     if report.get("judge") is not None and not isinstance(report.get("judge"), dict):
         raise UsageError(f"{path}: judge: expected an object or null")
+    trials = report.get("trials", 1)
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
+        raise UsageError(f"{path}: trials: expected an integer >= 1")
     return report, str(path)
 
 
@@ -226,4 +229,4 @@ def _from_spec(spec_path: Path, report: dict[str, Any]) -> tuple[dict[str, dict[
     return prompts, adapters
 
 
-__all__ = ["register_interop", "import_cmd", "export_cmd", "EXIT_USAGE"]
+__all__ = ["register_interop", "import_cmd", "export_cmd"]
