@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "mock-provider": ("evalfarm.cli.providers", "mock_provider", "A local scripted OpenAI-compatible server."),
     "selftest": ("evalfarm.cli.providers", "selftest", "Offline proof that the engine works."),
     "serve": ("evalfarm.dashboard.cli", "serve", "The dashboard: runs, diffs, A/B, the live farm, /metrics."),
+    "import": ("evalfarm.interop.cli", "import_cmd", "Import another tool's config (promptfoo) as a spec."),
+    "export": ("evalfarm.interop.cli", "export_cmd", "Export a run: an Inspect AI log, JSONL or CSV rows."),
 }
 ALIASES = {"ls": "list"}
 DEBUG = False

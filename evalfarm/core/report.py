@@ -154,9 +154,17 @@ def stable_view(report: dict[str, Any]) -> dict[str, Any]:
 
 # -- checking a stored report (untrusted input) ------------------------------------------------------
 
-_OUTCOME_TYPES = {"adapter": str, "prompt_id": str, "trial": int}
-_OPTIONAL_TYPES = {"error": dict, "passed": bool, "golden_passed": bool, "output": str, "failure_mode": str,
-                   "checks": list, "judge_criteria": list}
+_OUTCOME_TYPES = {"adapter": (str, "a string"), "prompt_id": (str, "a string"), "trial": (int, "an integer >= 0")}
+_OPTIONAL_TYPES = {"error": (dict, "null or an object"), "passed": (bool, "true, false or null"),
+                   "golden_passed": (bool, "true, false or null"), "output": (str, "a string or null"),
+                   "failure_mode": (str, "a string or null"), "checks": (list, "a list or null"),
+                   "judge_criteria": (list, "a list or null")}
+_JSON_NAMES = {str: "a string", int: "a number", float: "a number", bool: "true/false", list: "a list",
+               dict: "an object", type(None): "null"}
+
+
+def _got(value: Any) -> str:
+    return _JSON_NAMES.get(type(value), type(value).__name__)
 
 
 def report_problem(data: Any) -> str | None:
@@ -184,12 +192,13 @@ def report_problem(data: Any) -> str | None:
     for i, o in enumerate(outcomes):
         if not isinstance(o, dict):
             return f"outcomes[{i}] is not an object"
-        for key, kind in _OUTCOME_TYPES.items():
-            if not isinstance(o.get(key), kind) or isinstance(o.get(key), bool):
-                return f"outcomes[{i}].{key} is not a {kind.__name__}"
-        for key, kind in _OPTIONAL_TYPES.items():
+        for key, (kind, want) in _OUTCOME_TYPES.items():
+            v = o.get(key)
+            if not isinstance(v, kind) or isinstance(v, bool) or (kind is int and v < 0):
+                return f"outcomes[{i}].{key}: expected {want}, got {_got(v)}"
+        for key, (kind, want) in _OPTIONAL_TYPES.items():
             if o.get(key) is not None and not isinstance(o[key], kind):
-                return f"outcomes[{i}].{key} is not a {kind.__name__}"
+                return f"outcomes[{i}].{key}: expected {want}, got {_got(o[key])}"
     for key in ("thresholds_passed", "nothing_measured"):
         if not isinstance(data.get(key), bool):
             return f"{key} is not true/false"
