@@ -5,15 +5,20 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test bench venv clean redis-server
 
-$(BIN)/.installed: pyproject.toml
+# the demo needs only the package; the tests add their extras on top
+$(BIN)/.installed-run: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(BIN)/.installed: $(BIN)/.installed-run
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
 venv: $(BIN)/.installed
 
-demo: venv
+demo: $(BIN)/.installed-run
 	$(BIN)/evalfarm run examples/smoke.yaml --state-dir .evalfarm
 	@echo; cat "$$(ls -t .evalfarm/runs/*.md | head -1)"
 

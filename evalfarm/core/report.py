@@ -17,12 +17,13 @@ from typing import Any, Iterable, Iterator
 from ..spec.models import EvalSpec
 from .aggregate import Aggregator, nothing_measured, run_cost, threshold_failures
 from .verdict import exit_code, item_passed, run_verdict
+from .why import ErrorExamples
 
 SCHEMA = "evalfarm.report/1"
 # Fields that depend on when and how a run happened, not on what it measured.
 VOLATILE = ("run_id", "mode", "started_at", "finished_at", "duration_s")
 VOLATILE_FIGURES = ("latency_ms_p50", "latency_ms_p95")
-VOLATILE_OUTCOME = ("latency_ms",)
+VOLATILE_OUTCOME = ("latency_ms", "wait_ms")
 OUTCOMES_OPEN = ',\n  "outcomes": ['
 OUTCOMES_CLOSE = b"\n  ]\n}\n"
 FAILED_SAMPLE = 50  # failed items the Markdown lists
@@ -74,6 +75,7 @@ class ReportBuilder:
     def __init__(self, spec: EvalSpec, trials: int) -> None:
         self.spec, self.trials = spec, trials
         self.agg = Aggregator(spec.adapter_ids, trials, spec.judge.weight if spec.judge else None)
+        self.errors = ErrorExamples(spec)
         self.failed: list[dict[str, Any]] = []
         self.count = 0
 
@@ -81,6 +83,7 @@ class ReportBuilder:
         """Aggregate one stored outcome; returns its line in the report file."""
         o = json.loads(raw)
         self.agg.add(o)
+        self.errors.add(o)
         if len(self.failed) < FAILED_SAMPLE and (o.get("error") or item_passed(o) is False):
             self.failed.append(o)
         self.count += 1
@@ -90,6 +93,8 @@ class ReportBuilder:
         """The report without its outcomes. ``run``: run_id, spec_hash, mode, started_at,
         finished_at, duration_s, items_planned and stopped."""
         per_adapter = self.agg.figures()
+        for adapter, fig in per_adapter.items():
+            fig["error_examples"] = self.errors.of(adapter)
         failures = threshold_failures(per_adapter, self.spec.thresholds)
         empty = nothing_measured(per_adapter)
         spec = self.spec

@@ -21,7 +21,7 @@ from ..store import Progress, batched, progress_of
 from .app import AGGREGATE, JUDGE_BATCH, RUN_BATCH, create_app
 from .broker_scan import keys_in_broker
 from .settings import FarmSettings, pick_batch_size
-from .store import store_for
+from .store import probe, store_for
 
 
 class RunCancelled(FarmError):
@@ -31,16 +31,18 @@ class RunCancelled(FarmError):
 class CeleryBackend:
     mode = "redis"
 
-    def __init__(self, settings: FarmSettings) -> None:
+    def __init__(self, settings: FarmSettings, connect_timeout_s: float | None = None) -> None:
         self.settings = settings
-        self.app = create_app(settings)
-        self.store = store_for(settings.run_store_url)
-        self._meta: dict[str, dict[str, Any]] = {}
+        url = settings.run_store_url
+        print(f"evalfarm: connecting to {redact(url)} ...", file=sys.stderr, flush=True)
         try:
-            self.store.ping()
+            probe(url, connect_timeout_s if connect_timeout_s is not None else settings.connect_timeout_s)
         except Exception as exc:
-            raise FarmError(f"cannot reach the run store at {redact(settings.run_store_url)}: "
+            raise FarmError(f"cannot reach the run store at {redact(url)}: "
                             f"{redact(str(exc)).rstrip('.')}; is Redis running? (--broker / EVALFARM_BROKER_URL)") from None
+        self.app = create_app(settings)
+        self.store = store_for(url)
+        self._meta: dict[str, dict[str, Any]] = {}
 
     # -- submit ---------------------------------------------------------------------------
     def start(self, plan: Plan, engine: Engine | None = None, on_progress: ProgressFn | None = None) -> None:

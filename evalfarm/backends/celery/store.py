@@ -279,3 +279,23 @@ def store_for(url: str) -> RedisStore:
         if url not in _STORES:
             _STORES[url] = RedisStore(url)
         return _STORES[url]
+
+
+def probe(url: str, timeout_s: float = 10.0) -> None:
+    """Reach the store once, within ``timeout_s``: the run store's own client rides out a Redis
+    restart for ~30 s, which is 30 s of silence for a user who mistyped --broker."""
+    plain, tls = split_tls(url)
+    client = redis.Redis.from_url(plain, socket_connect_timeout=min(3.0, timeout_s), socket_timeout=timeout_s,
+                                  retry=None, **tls)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                client.ping()
+                return
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                if not _is_transient(exc) or time.monotonic() + 1.0 > deadline:
+                    raise
+                time.sleep(1.0)
+    finally:
+        client.close()
