@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench venv clean redis-server
+.PHONY: demo test bench venv clean redis-server agents agents-all test-agents
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,3 +32,51 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) .evalfarm .pytest_cache
+
+# Coding-agent CLIs for spawn mode, pinned, installed OUTSIDE the repo (one npm --prefix dir per agent,
+# aider in its own venv). Idempotent: a stamp per pinned version; a second call does nothing.
+# evalfarm finds them through EVALFARM_AGENTS_DIR (evalfarm/agents/detect.py reads the same default).
+EVALFARM_AGENTS_DIR ?= $(HOME)/.cache/evalfarm/agents
+export EVALFARM_AGENTS_DIR
+CLAUDE_CODE_VERSION ?= 2.1.197
+CODEX_VERSION ?= 0.171.0
+GEMINI_CLI_VERSION ?= 0.61.0
+OPENCODE_VERSION ?= 1.18.33
+AIDER_VERSION ?= 0.86.2
+NPM_AGENT = npm install --no-audit --no-fund --loglevel=error --save-exact
+
+agents: $(EVALFARM_AGENTS_DIR)/claude/.pinned-$(CLAUDE_CODE_VERSION) $(EVALFARM_AGENTS_DIR)/codex/.pinned-$(CODEX_VERSION)
+
+agents-all: agents $(EVALFARM_AGENTS_DIR)/gemini/.pinned-$(GEMINI_CLI_VERSION) \
+            $(EVALFARM_AGENTS_DIR)/opencode/.pinned-$(OPENCODE_VERSION) $(EVALFARM_AGENTS_DIR)/aider/.pinned-$(AIDER_VERSION)
+
+# The stamp is written only after the installed binary answered --version: a failed install is retried.
+$(EVALFARM_AGENTS_DIR)/claude/.pinned-%:
+	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
+	$(NPM_AGENT) --prefix $(@D) @anthropic-ai/claude-code@$*
+	$(@D)/node_modules/.bin/claude --version >/dev/null && touch $@
+
+$(EVALFARM_AGENTS_DIR)/codex/.pinned-%:
+	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
+	$(NPM_AGENT) --prefix $(@D) @openai/codex@$*
+	$(@D)/node_modules/.bin/codex --version >/dev/null && touch $@
+
+$(EVALFARM_AGENTS_DIR)/gemini/.pinned-%:
+	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
+	$(NPM_AGENT) --prefix $(@D) @google/gemini-cli@$*
+	$(@D)/node_modules/.bin/gemini --version >/dev/null && touch $@
+
+$(EVALFARM_AGENTS_DIR)/opencode/.pinned-%:
+	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
+	$(NPM_AGENT) --prefix $(@D) opencode-ai@$*
+	$(@D)/node_modules/.bin/opencode --version >/dev/null && touch $@
+
+$(EVALFARM_AGENTS_DIR)/aider/.pinned-%:
+	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
+	[ -x $(@D)/venv/bin/python ] || $(PYTHON) -m venv $(@D)/venv
+	$(@D)/venv/bin/python -m pip install -q aider-chat==$*
+	$(@D)/venv/bin/aider --version >/dev/null && touch $@
+
+# Opt-in: every agent driver test, including aider, gemini and opencode (installs them first).
+test-agents: venv agents-all
+	flock /tmp/evalfarm-tests.lock $(BIN)/python -m pytest -q tests/test_agents_drivers.py tests/test_agents_optin.py tests/test_agents_faults.py tests/test_agents_sandbox.py
