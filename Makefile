@@ -35,14 +35,16 @@ clean:
 
 # Coding-agent CLIs for spawn mode, pinned, installed OUTSIDE the repo (one npm --prefix dir per agent,
 # aider in its own venv). Idempotent: a stamp per pinned version; a second call does nothing.
-# evalfarm finds them through EVALFARM_AGENTS_DIR (evalfarm/agents/detect.py reads the same default).
+# evalfarm finds them through EVALFARM_AGENTS_DIR (evalfarm/agents/detect.py reads the same default);
+# the versions are those in evalfarm/agents/pins.py.
 EVALFARM_AGENTS_DIR ?= $(HOME)/.cache/evalfarm/agents
 export EVALFARM_AGENTS_DIR
-CLAUDE_CODE_VERSION ?= 2.1.197
-CODEX_VERSION ?= 0.171.0
-GEMINI_CLI_VERSION ?= 0.61.0
-OPENCODE_VERSION ?= 1.18.33
-AIDER_VERSION ?= 0.86.2
+PIN = $(shell sed -n 's/^$(1) = "\([^"]*\)".*/\1/p' evalfarm/agents/pins.py)
+CLAUDE_CODE_VERSION ?= $(call PIN,CLAUDE)
+CODEX_VERSION ?= $(call PIN,CODEX)
+GEMINI_CLI_VERSION ?= $(call PIN,GEMINI)
+OPENCODE_VERSION ?= $(call PIN,OPENCODE)
+AIDER_VERSION ?= $(call PIN,AIDER)
 NPM_AGENT = npm install --no-audit --no-fund --loglevel=error --save-exact
 
 agents: $(EVALFARM_AGENTS_DIR)/claude/.pinned-$(CLAUDE_CODE_VERSION) $(EVALFARM_AGENTS_DIR)/codex/.pinned-$(CODEX_VERSION)

@@ -82,5 +82,5 @@ def _last_reply(chat: Path) -> str:
     except OSError:
         return ""
     last_user = max((i for i, line in enumerate(lines) if line.startswith("#### ")), default=-1)
-    reply = [line for line in lines[last_user + 1:] if not line.startswith(">")]
+    reply = [line for line in lines[last_user + 1:] if not (line.startswith("> ") or line == ">")]
     return "\n".join(reply).strip()[-4000:]

@@ -1,0 +1,105 @@
+"""Real Claude Code and Codex CLI (the pinned versions `make agents` installs), each editing a file in
+a real git worktree through its own tools, against a real `evalfarm mock-provider --agent-script`;
+the tokens (and claude's cost) parsed from the agent's own output must equal what the server sent."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agents_fixtures import EDIT_SCRIPT, SHELL_SCRIPT, agent_server, git, make_repo, outside_worktree  # noqa: F401
+from evalfarm.agents import AgentRequest, detect, get_driver, install_hint, run_agent, sandbox
+
+MODELS = {"claude": "claude-sonnet-4-5", "codex": "gpt-5.5"}
+MARK = "EVALFARM-ADDENDUM-7f3a: answer tersely."
+SONNET_PRICE = (3.0, 15.0)  # USD per million tokens: the price Claude Code applies to claude-sonnet-4-5
+
+
+def installed(agent: str):
+    found = detect(agent)
+    if found is None:
+        pytest.skip(install_hint(agent))
+    return found
+
+
+def run_in_sandbox(agent: str, repo, server, tmp_path, prompt: str = "Change the greeting in hello.py",
+                   **request):
+    binary, version = installed(agent)
+    driver = get_driver(agent)
+    req = AgentRequest(prompt, MODELS[agent], server.url, extra_env={driver.key_env: "sk-test-0123456789abcdef"},
+                       **request)
+    with sandbox(repo, "main", parent=tmp_path / "spawn") as box:
+        run = run_agent(driver, req, box.worktree, box.scratch, timeout_s=180, binary=binary, version=version,
+                        out_dir=tmp_path / "out")  # kept after the sandbox goes
+        assert run.ok, f"{run.error}\n{run.stderr_path.read_text()[-3000:]}"
+        edited = (box.worktree / "hello.py").read_text()
+        diff = git(box.worktree, "diff", "--numstat")
+        written = outside_worktree(box.root)
+    # everything is gone afterwards: no worktree but the main one, no scratch dir, the repo untouched
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert list((tmp_path / "spawn").iterdir()) == []
+    assert git(repo, "status", "--porcelain") == ""
+    assert (repo / "hello.py").read_text() == 'print("hello")\n'
+    return run, edited, diff, written
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex"])
+def test_agent_edits_in_worktree_and_reports_the_tokens_the_server_sent(agent, tmp_path, agent_server):
+    repo = make_repo(tmp_path / "repo")
+    server = agent_server(EDIT_SCRIPT)
+    run, edited, diff, written = run_in_sandbox(agent, repo, server, tmp_path, addendum=MARK)
+
+    assert edited == 'print("hello, world")\n'
+    assert diff.split() == ["1", "1", "hello.py"]
+    calls = server.model_calls(grep=MARK)
+    assert [c["step"] for c in calls] == [0, 1, 2], calls  # read, edit, say: one model call each
+    assert all(c["grep"] for c in calls), "the profile addendum did not reach the model on every call"
+    assert all(c["model"] == MODELS[agent] for c in calls)
+    usage = run.usage
+    assert (usage.input_tokens, usage.output_tokens) == server.sent() == (4500, 90)
+    if agent == "claude":
+        assert usage.cost_usd == pytest.approx((4500 * SONNET_PRICE[0] + 90 * SONNET_PRICE[1]) / 1e6)
+    else:
+        assert usage.cost_usd is None  # codex reports no cost: the caller prices it
+    assert (usage.turns, usage.tool_calls, usage.final_message) == (3, 2, "Done: greeting updated.")
+    assert run.version == detect(agent)[1] and run.exit_code == 0 and not run.timed_out
+    home = {"claude": "home/.claude", "codex": "home/.codex"}[agent]
+    assert any(w.startswith(home) for w in written), written  # its state went to the private HOME
+    print(f"\nFIGURES {json.dumps({'agent': agent, 'version': run.version, 'wall_s': run.wall_s, 'parsed': [usage.input_tokens, usage.output_tokens, usage.cost_usd], 'sent': server.sent(), 'outside_worktree': written})}")
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex"])
+def test_agent_runs_a_scripted_shell_command(agent, tmp_path, agent_server):
+    """claude gets --allowedTools for its Bash tool; codex runs the command in its own sandbox."""
+    repo = make_repo(tmp_path / "repo")
+    server = agent_server(SHELL_SCRIPT)
+    extra = ("--allowedTools", "Bash(sed:*)") if agent == "claude" else ()
+    run, edited, _, _ = run_in_sandbox(agent, repo, server, tmp_path, extra_args=extra)
+    assert edited == 'print("hello, shell")\n'
+    assert (run.usage.input_tokens, run.usage.output_tokens) == server.sent() == (1600, 35)
+    assert run.usage.tool_calls == 1 and run.usage.final_message == "Done: ran sed."
+
+
+def test_claude_accept_edits_denies_a_shell_command_that_is_not_an_edit(tmp_path, agent_server):
+    """acceptEdits lets `sed -i` through (Claude Code counts it as an edit) but asks approval for other
+    commands, which -p cannot give: the tool call fails, the agent carries on. That is the agent's
+    outcome, not a runtime error: the run is ok and the file unchanged."""
+    repo = make_repo(tmp_path / "repo")
+    server = agent_server({"steps": [{"shell": "python3 -c \"open('hello.py', 'w').write('gone')\""},
+                                     {"say": "Could not run it."}]})
+    run, edited, diff, _ = run_in_sandbox("claude", repo, server, tmp_path)
+    assert edited == 'print("hello")\n' and diff == ""
+    assert run.ok and run.usage.tool_calls == 1 and run.usage.final_message == "Could not run it."
+    assert (run.usage.input_tokens, run.usage.output_tokens) == server.sent() == (246, 90)
+    denied = [json.loads(line) for line in run.stdout_path.read_text().splitlines() if '"tool_result"' in line]
+    assert "requires approval" in json.dumps(denied)
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex"])
+def test_a_prompt_that_starts_with_a_dash_stays_a_prompt(agent, tmp_path, agent_server):
+    repo = make_repo(tmp_path / "repo")
+    server = agent_server(EDIT_SCRIPT)
+    run, edited, _, _ = run_in_sandbox(agent, repo, server, tmp_path, prompt="--help -v change the greeting")
+    assert edited == 'print("hello, world")\n' and run.usage.turns == 3
+    first = server.model_calls(grep="--help -v change the greeting")[0]
+    assert first["grep"], "the prompt did not reach the model as text"
