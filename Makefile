@@ -79,6 +79,6 @@ $(EVALFARM_AGENTS_DIR)/aider/.pinned-%:
 	$(@D)/venv/bin/python -m pip install -q aider-chat==$*
 	$(@D)/venv/bin/aider --version >/dev/null && touch $@
 
-# Opt-in: every agent driver test, including aider, gemini and opencode (installs them first).
+# Opt-in: every agent test, including real aider, Gemini CLI and opencode (installs them first).
 test-agents: venv agents-all
-	flock /tmp/evalfarm-tests.lock $(BIN)/python -m pytest -q tests/test_agents_drivers.py tests/test_agents_optin.py tests/test_agents_faults.py tests/test_agents_sandbox.py
+	EVALFARM_OPTIN_AGENTS=1 $(BIN)/python -m pytest -q tests/test_agents_*.py

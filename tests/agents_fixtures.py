@@ -3,6 +3,7 @@ and what that server says it sent."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import urllib.parse
 import urllib.request
@@ -11,7 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from evalfarm.agents import AgentRequest, detect, get_driver, install_hint, run_agent, sandbox
 from providers_fixture import MockProviderProc
+
+MODELS = {"claude": "claude-sonnet-4-5", "codex": "gpt-5.5", "gemini": "gemini-2.5-pro", "opencode": "mock-coder",
+          "aider": "mock-coder"}
+MARK = "EVALFARM-ADDENDUM-7f3a: answer tersely."
+OPT_IN = os.environ.get("EVALFARM_OPTIN_AGENTS") == "1"
 
 GIT_ID = ["-c", "user.email=t@example.com", "-c", "user.name=t"]
 EDIT_SCRIPT = {
@@ -97,3 +104,33 @@ def outside_worktree(root: Path) -> list[str]:
     to HOME, XDG, TMPDIR, our private files)."""
     return sorted(str(p.relative_to(root)) for p in root.rglob("*")
                   if p.is_file() and not p.relative_to(root).parts[0].startswith("wt-"))
+
+
+def installed(agent: str):
+    found = detect(agent)
+    if found is None:
+        if OPT_IN:  # `make test-agents` installs every agent first: missing is a failure there
+            pytest.fail(install_hint(agent))
+        pytest.skip(install_hint(agent))
+    return found
+
+
+def run_in_sandbox(agent: str, repo, server, tmp_path, prompt: str = "Change the greeting in hello.py",
+                   **request):
+    binary, version = installed(agent)
+    driver = get_driver(agent)
+    req = AgentRequest(prompt, MODELS[agent], server.url, extra_env={driver.key_env: "sk-test-0123456789abcdef"},
+                       **request)
+    with sandbox(repo, "main", parent=tmp_path / "spawn") as box:
+        run = run_agent(driver, req, box.worktree, box.scratch, timeout_s=180, binary=binary, version=version,
+                        out_dir=tmp_path / "out")  # kept after the sandbox goes
+        assert run.ok, f"{run.error}\n{run.stderr_path.read_text()[-3000:]}"
+        edited = (box.worktree / "hello.py").read_text()
+        status = git(box.worktree, "status", "--porcelain", "--ignored")
+        written = outside_worktree(box.root)
+    # everything is gone afterwards: no worktree but the main one, no scratch dir, the repo untouched
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert list((tmp_path / "spawn").iterdir()) == []
+    assert git(repo, "status", "--porcelain") == ""
+    assert (repo / "hello.py").read_text() == 'print("hello")\n'
+    return run, edited, status, written

@@ -7,50 +7,20 @@ import json
 
 import pytest
 
-from agents_fixtures import EDIT_SCRIPT, SHELL_SCRIPT, agent_server, git, make_repo, outside_worktree  # noqa: F401
-from evalfarm.agents import AgentRequest, detect, get_driver, install_hint, run_agent, sandbox
+from agents_fixtures import EDIT_SCRIPT, MARK, MODELS, SHELL_SCRIPT, agent_server, make_repo, run_in_sandbox  # noqa: F401
+from evalfarm.agents import detect
 
-MODELS = {"claude": "claude-sonnet-4-5", "codex": "gpt-5.5"}
-MARK = "EVALFARM-ADDENDUM-7f3a: answer tersely."
 SONNET_PRICE = (3.0, 15.0)  # USD per million tokens: the price Claude Code applies to claude-sonnet-4-5
-
-
-def installed(agent: str):
-    found = detect(agent)
-    if found is None:
-        pytest.skip(install_hint(agent))
-    return found
-
-
-def run_in_sandbox(agent: str, repo, server, tmp_path, prompt: str = "Change the greeting in hello.py",
-                   **request):
-    binary, version = installed(agent)
-    driver = get_driver(agent)
-    req = AgentRequest(prompt, MODELS[agent], server.url, extra_env={driver.key_env: "sk-test-0123456789abcdef"},
-                       **request)
-    with sandbox(repo, "main", parent=tmp_path / "spawn") as box:
-        run = run_agent(driver, req, box.worktree, box.scratch, timeout_s=180, binary=binary, version=version,
-                        out_dir=tmp_path / "out")  # kept after the sandbox goes
-        assert run.ok, f"{run.error}\n{run.stderr_path.read_text()[-3000:]}"
-        edited = (box.worktree / "hello.py").read_text()
-        diff = git(box.worktree, "diff", "--numstat")
-        written = outside_worktree(box.root)
-    # everything is gone afterwards: no worktree but the main one, no scratch dir, the repo untouched
-    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
-    assert list((tmp_path / "spawn").iterdir()) == []
-    assert git(repo, "status", "--porcelain") == ""
-    assert (repo / "hello.py").read_text() == 'print("hello")\n'
-    return run, edited, diff, written
 
 
 @pytest.mark.parametrize("agent", ["claude", "codex"])
 def test_agent_edits_in_worktree_and_reports_the_tokens_the_server_sent(agent, tmp_path, agent_server):
     repo = make_repo(tmp_path / "repo")
     server = agent_server(EDIT_SCRIPT)
-    run, edited, diff, written = run_in_sandbox(agent, repo, server, tmp_path, addendum=MARK)
+    run, edited, status, written = run_in_sandbox(agent, repo, server, tmp_path, addendum=MARK)
 
     assert edited == 'print("hello, world")\n'
-    assert diff.split() == ["1", "1", "hello.py"]
+    assert status == " M hello.py\n"  # nothing else in the worktree, not even ignored files
     calls = server.model_calls(grep=MARK)
     assert [c["step"] for c in calls] == [0, 1, 2], calls  # read, edit, say: one model call each
     assert all(c["grep"] for c in calls), "the profile addendum did not reach the model on every call"
@@ -87,8 +57,8 @@ def test_claude_accept_edits_denies_a_shell_command_that_is_not_an_edit(tmp_path
     repo = make_repo(tmp_path / "repo")
     server = agent_server({"steps": [{"shell": "python3 -c \"open('hello.py', 'w').write('gone')\""},
                                      {"say": "Could not run it."}]})
-    run, edited, diff, _ = run_in_sandbox("claude", repo, server, tmp_path)
-    assert edited == 'print("hello")\n' and diff == ""
+    run, edited, status, _ = run_in_sandbox("claude", repo, server, tmp_path)
+    assert edited == 'print("hello")\n' and status == ""
     assert run.ok and run.usage.tool_calls == 1 and run.usage.final_message == "Could not run it."
     assert (run.usage.input_tokens, run.usage.output_tokens) == server.sent() == (246, 90)
     denied = [json.loads(line) for line in run.stdout_path.read_text().splitlines() if '"tool_result"' in line]
