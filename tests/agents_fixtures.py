@@ -2,6 +2,7 @@
 and what that server says it sent."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -106,6 +107,14 @@ def outside_worktree(root: Path) -> list[str]:
                   if p.is_file() and not p.relative_to(root).parts[0].startswith("wt-"))
 
 
+def git_dir_state(repo: Path) -> dict[str, str]:
+    """Content hashes of the repo's own .git files (not git's per-worktree admin dirs): what an agent
+    in a linked worktree could change in the repo it shares."""
+    git_dir = repo / ".git"
+    return {str(p.relative_to(git_dir)): hashlib.sha256(p.read_bytes()).hexdigest() for p in git_dir.rglob("*")
+            if p.is_file() and p.relative_to(git_dir).parts[0] != "worktrees"}
+
+
 def installed(agent: str):
     found = detect(agent)
     if found is None:
@@ -119,6 +128,7 @@ def run_in_sandbox(agent: str, repo, server, tmp_path, prompt: str = "Change the
                    **request):
     binary, version = installed(agent)
     driver = get_driver(agent)
+    before = git_dir_state(repo)
     req = AgentRequest(prompt, MODELS[agent], server.url, extra_env={driver.key_env: "sk-test-0123456789abcdef"},
                        **request)
     with sandbox(repo, "main", parent=tmp_path / "spawn") as box:
@@ -133,4 +143,8 @@ def run_in_sandbox(agent: str, repo, server, tmp_path, prompt: str = "Change the
     assert list((tmp_path / "spawn").iterdir()) == []
     assert git(repo, "status", "--porcelain") == ""
     assert (repo / "hello.py").read_text() == 'print("hello")\n'
+    after = git_dir_state(repo)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    # opencode keeps its project id in the shared git dir (.git/opencode); nothing else may change there
+    assert changed == (["opencode"] if agent == "opencode" else []), changed
     return run, edited, status, written

@@ -5,7 +5,6 @@ scratch HOME, and only allow-listed variables reach the agent."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import time
@@ -166,3 +165,14 @@ def test_setup_errors_are_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("MY_KEY", "sk-from-my-key")
     inv = driver.build(AgentRequest("x", "m", key_from="MY_KEY"), Path("/bin/true"), tmp_path, Scratch(tmp_path / "s"))
     assert inv.env["ANTHROPIC_API_KEY"] == "sk-from-my-key" and "MY_KEY" not in inv.env
+
+
+def test_a_command_template_fills_placeholders_word_by_word_without_a_shell(tmp_path):
+    driver = get_driver("command", "printf '%s|%s|%s|%s' {prompt} {workdir} model={model} {base_url}")
+    workdir = tmp_path / "wd"
+    workdir.mkdir()
+    prompt = "fix it; rm -rf / $(whoami) \"quoted\" {model}"
+    run = run_agent(driver, AgentRequest(prompt, "gpt-x", "http://127.0.0.1:1/v1", addendum="Be brief."),
+                    workdir, Scratch(tmp_path / "scratch"), timeout_s=30)
+    assert run.ok and run.usage.input_tokens == 0 and run.usage.cost_usd is None  # no usage file: no usage
+    assert run.usage.final_message == f"Be brief.\n\n{prompt}|{workdir}|model=gpt-x|http://127.0.0.1:1/v1"

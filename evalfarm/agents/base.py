@@ -19,6 +19,7 @@ from .errors import AgentOutputError, AgentSetupError
 
 # Always passed through: what a CLI and the tools it runs need to start at all.
 BASE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
+GITCONFIG = "[user]\n\tname = evalfarm agent\n\temail = agent@evalfarm.invalid\n"
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ class Scratch:
     def create(self) -> Scratch:
         for sub in ("home/.config", "home/.cache", "home/.local/share", "home/.local/state", "tmp", "evalfarm"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
+        gitconfig = self.home / ".gitconfig"
+        if not gitconfig.exists():  # with no identity, aider writes a placeholder one into the repo's shared .git/config
+            gitconfig.write_text(GITCONFIG, encoding="utf-8")
         return self
 
 
