@@ -46,6 +46,9 @@ GEMINI_CLI_VERSION ?= $(call PIN,GEMINI)
 OPENCODE_VERSION ?= $(call PIN,OPENCODE)
 AIDER_VERSION ?= $(call PIN,AIDER)
 NPM_AGENT = npm install --no-audit --no-fund --loglevel=error --save-exact
+# `X --version` with a throwaway HOME/XDG/TMPDIR: even that writes state into HOME (gemini, codex, opencode).
+VERSION_OK = d=$$(mktemp -d) && HOME=$$d XDG_CONFIG_HOME=$$d XDG_CACHE_HOME=$$d XDG_DATA_HOME=$$d \
+  XDG_STATE_HOME=$$d TMPDIR=$$d $(1) --version >/dev/null; rc=$$?; rm -rf $$d; [ $$rc = 0 ]
 
 agents: $(EVALFARM_AGENTS_DIR)/claude/.pinned-$(CLAUDE_CODE_VERSION) $(EVALFARM_AGENTS_DIR)/codex/.pinned-$(CODEX_VERSION)
 
@@ -56,28 +59,28 @@ agents-all: agents $(EVALFARM_AGENTS_DIR)/gemini/.pinned-$(GEMINI_CLI_VERSION) \
 $(EVALFARM_AGENTS_DIR)/claude/.pinned-%:
 	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
 	$(NPM_AGENT) --prefix $(@D) @anthropic-ai/claude-code@$*
-	$(@D)/node_modules/.bin/claude --version >/dev/null && touch $@
+	$(call VERSION_OK,$(@D)/node_modules/.bin/claude) && touch $@
 
 $(EVALFARM_AGENTS_DIR)/codex/.pinned-%:
 	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
 	$(NPM_AGENT) --prefix $(@D) @openai/codex@$*
-	$(@D)/node_modules/.bin/codex --version >/dev/null && touch $@
+	$(call VERSION_OK,$(@D)/node_modules/.bin/codex) && touch $@
 
 $(EVALFARM_AGENTS_DIR)/gemini/.pinned-%:
 	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
 	$(NPM_AGENT) --prefix $(@D) @google/gemini-cli@$*
-	$(@D)/node_modules/.bin/gemini --version >/dev/null && touch $@
+	$(call VERSION_OK,$(@D)/node_modules/.bin/gemini) && touch $@
 
 $(EVALFARM_AGENTS_DIR)/opencode/.pinned-%:
 	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
 	$(NPM_AGENT) --prefix $(@D) opencode-ai@$*
-	$(@D)/node_modules/.bin/opencode --version >/dev/null && touch $@
+	$(call VERSION_OK,$(@D)/node_modules/.bin/opencode) && touch $@
 
 $(EVALFARM_AGENTS_DIR)/aider/.pinned-%:
 	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
 	[ -x $(@D)/venv/bin/python ] || $(PYTHON) -m venv $(@D)/venv
 	$(@D)/venv/bin/python -m pip install -q aider-chat==$*
-	$(@D)/venv/bin/aider --version >/dev/null && touch $@
+	$(call VERSION_OK,$(@D)/venv/bin/aider) && touch $@
 
 # Opt-in: every agent test, including real aider, Gemini CLI and opencode (installs them first).
 test-agents: venv agents-all

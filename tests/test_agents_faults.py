@@ -176,3 +176,21 @@ def test_a_command_template_fills_placeholders_word_by_word_without_a_shell(tmp_
                     workdir, Scratch(tmp_path / "scratch"), timeout_s=30)
     assert run.ok and run.usage.input_tokens == 0 and run.usage.cost_usd is None  # no usage file: no usage
     assert run.usage.final_message == f"Be brief.\n\n{prompt}|{workdir}|model=gpt-x|http://127.0.0.1:1/v1"
+
+
+def test_detect_runs_version_under_a_throwaway_home(tmp_path, monkeypatch):
+    """Even `--version` writes state into HOME (gemini, codex, opencode): detect must not touch the real one."""
+    from evalfarm.agents import agents_dir, detect
+    from evalfarm.agents.detect import INSTALLS, _version
+
+    monkeypatch.setenv("EVALFARM_AGENTS_DIR", str(agents_dir()))
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    for var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    _version.cache_clear()
+    found = {agent: detect(agent) for agent in INSTALLS}
+    if not any(found.values()):
+        pytest.skip("no agent installed: run `make agents`")
+    assert list(home.iterdir()) == []

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -50,11 +51,16 @@ def find(agent: str) -> Path | None:
 
 @lru_cache(maxsize=32)
 def _version(path: str, mtime: float) -> str | None:
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30,
-                             stdin=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+    """``--version`` under a throwaway HOME: even that writes state there (gemini, codex, opencode)."""
+    with tempfile.TemporaryDirectory(prefix="evalfarm-agent-version-") as home:
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL")}
+        env.update({"HOME": home, "XDG_CONFIG_HOME": home, "XDG_CACHE_HOME": home, "XDG_DATA_HOME": home,
+                    "XDG_STATE_HOME": home, "TMPDIR": home, "NO_COLOR": "1"})
+        try:
+            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30,
+                                 stdin=subprocess.DEVNULL, env=env)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
     m = _VERSION.search(out.stdout + out.stderr)
     return m.group(0) if out.returncode == 0 and m else None
 
