@@ -29,8 +29,10 @@ def test_agent_edits_in_worktree_and_reports_the_tokens_the_server_sent(agent, t
     assert (usage.input_tokens, usage.output_tokens) == server.sent() == (4500, 90)
     if agent == "claude":
         assert usage.cost_usd == pytest.approx((4500 * SONNET_PRICE[0] + 90 * SONNET_PRICE[1]) / 1e6)
+        assert usage.models == ("claude-sonnet-4-5",)
     else:
         assert usage.cost_usd is None  # codex reports no cost: the caller prices it
+        assert usage.models == ()  # nor the model it used
     assert (usage.turns, usage.tool_calls, usage.final_message) == (3, 2, "Done: greeting updated.")
     assert run.version == detect(agent)[1] and run.exit_code == 0 and not run.timed_out
     home = {"claude": "home/.claude", "codex": "home/.codex"}[agent]
@@ -63,6 +65,28 @@ def test_claude_accept_edits_denies_a_shell_command_that_is_not_an_edit(tmp_path
     assert (run.usage.input_tokens, run.usage.output_tokens) == server.sent() == (246, 90)
     denied = [json.loads(line) for line in run.stdout_path.read_text().splitlines() if '"tool_result"' in line]
     assert "requires approval" in json.dumps(denied)
+
+
+@pytest.mark.parametrize("model", ["evalfarm-custom-model", "claude-opus-4-1"])
+def test_claude_reports_the_model_it_really_used_and_no_cost_outside_its_price_table(model, tmp_path, agent_server):
+    """Claude Code 2.1.197 sends a newer model for a retired id (claude-opus-4-1) without a word, and prices
+    a model it does not know at a default: ``models`` must show what went over the wire, and the cost of a
+    non-claude model is left to the caller."""
+    repo = make_repo(tmp_path / "repo")
+    server = agent_server(EDIT_SCRIPT)
+    MODELS_BACKUP = MODELS["claude"]
+    MODELS["claude"] = model
+    try:
+        run, edited, _, _ = run_in_sandbox("claude", repo, server, tmp_path)
+    finally:
+        MODELS["claude"] = MODELS_BACKUP
+    on_the_wire = tuple(dict.fromkeys(c["model"] for c in server.model_calls()))
+    assert run.usage.models == on_the_wire
+    if model.startswith("claude-"):
+        assert run.usage.cost_usd is not None
+    else:
+        assert on_the_wire == (model,) and run.usage.cost_usd is None
+    print(f"\nFIGURES claude asked for {model}, sent {on_the_wire}, cost {run.usage.cost_usd}")
 
 
 @pytest.mark.parametrize("agent", ["claude", "codex"])

@@ -46,7 +46,7 @@ def test_a_fake_agent_that_works_reports_its_usage_file(tmp_path):
     assert run.ok and run.exit_code == 0
     assert run.usage.as_dict() == {"input_tokens": 321, "output_tokens": 54, "cost_usd": 0.0042, "turns": 2,
                                    "tool_calls": 1, "final_message": "fake done", "cached_input_tokens": 0,
-                                   "error": None}
+                                   "error": None, "models": []}
     assert (tmp_path / "wd" / "hello.py").read_text() == 'print("hello, world")\n'
 
 

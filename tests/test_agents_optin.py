@@ -37,6 +37,7 @@ def test_agent_edits_in_worktree_and_reports_the_tokens_the_server_sent(agent, t
     else:
         assert [c["step"] for c in calls] == [0, 1, 2] and sent == (4500, 90)
         assert (usage.turns, usage.tool_calls, usage.final_message) == (3, 2, "Done: greeting updated.")
+    assert usage.models == {"gemini": ("gemini-2.5-pro",), "opencode": (), "aider": ("openai/mock-coder",)}[agent]
     if agent == "gemini":
         assert usage.cost_usd is None  # gemini reports no cost: the caller prices it
     else:

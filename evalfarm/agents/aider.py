@@ -70,8 +70,9 @@ class AiderDriver(Driver):
         reason = str((exits[-1].get("properties") or {}).get("reason") or "")
         error = None if reason.startswith("Completed") else f"aider: exit: {reason[:300]}"
         applied = sum(1 for line in stdout.splitlines() if line.startswith("Applied edit to "))
+        models = tuple(dict.fromkeys(str(p["main_model"]) for p in sends if p.get("main_model")))
         return AgentUsage(tokens_in, tokens_out, as_cost(cost, tokens_in + tokens_out, self.name), len(sends),
-                          applied, _last_reply(invocation.outputs["chat"]), error=error)
+                          applied, _last_reply(invocation.outputs["chat"]), error=error, models=models)
 
 
 def _last_reply(chat: Path) -> str:

@@ -95,7 +95,8 @@ class AgentUsage:
     ``cost_usd`` is None when the agent does not price (codex, gemini) or could not (price unknown):
     the caller prices it. ``turns`` is the number of model round trips the agent reports (codex does
     not report them: its count is of completed steps, see codex.py). ``error`` is the agent's own
-    account of a failure it reported in its output.
+    account of a failure it reported in its output. ``models`` lets the caller check the pin: Claude
+    Code, for one, silently sends a newer model for a retired id.
     """
 
     input_tokens: int
@@ -106,9 +107,11 @@ class AgentUsage:
     final_message: str
     cached_input_tokens: int = 0
     error: str | None = None
+    models: tuple[str, ...] = ()  # the models the agent says it used (empty: it does not say)
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in
+                ((k, getattr(self, k)) for k in self.__dataclass_fields__)}
 
 
 class Driver:

@@ -3,6 +3,9 @@
 The addendum goes in with ``--append-system-prompt``; edits are allowed (``acceptEdits``), shell
 commands only through ``--allowedTools`` in ``extra_args`` (as root, ``--dangerously-skip-permissions``
 is refused unless IS_SANDBOX=1). ``--`` ends the options so a prompt starting with "-" stays a prompt.
+Its ``total_cost_usd`` comes from its own price table: kept for claude-* models only (an unknown
+model is priced at a default, $5/$25 per million in 2.1.197). It swaps retired model ids for newer
+ones without a word (claude-opus-4-1 went out as claude-opus-4-8): ``models`` says what was used.
 """
 from __future__ import annotations
 
@@ -50,6 +53,10 @@ class ClaudeDriver(Driver):
         error = None
         if result.get("is_error") or result.get("subtype") != "success":
             error = f"claude: {result.get('subtype')}: {str(result.get('result') or '')[:300]}"
-        return AgentUsage(tokens_in, tokens_out, as_cost(result.get("total_cost_usd"), tokens_in + tokens_out, self.name),
-                          as_int(result.get("num_turns"), "num_turns", self.name), tool_calls,
-                          str(result.get("result") or ""), cached_input_tokens=cache_read, error=error)
+        models = tuple(result.get("modelUsage") or ())
+        cost = as_cost(result.get("total_cost_usd"), tokens_in + tokens_out, self.name)
+        if not all(m.startswith("claude-") for m in models):
+            cost = None  # its price table knows Anthropic's models; others get a default price: not a cost
+        return AgentUsage(tokens_in, tokens_out, cost, as_int(result.get("num_turns"), "num_turns", self.name),
+                          tool_calls, str(result.get("result") or ""), cached_input_tokens=cache_read, error=error,
+                          models=models)

@@ -5,8 +5,8 @@ The template is split like a shell line first, then the placeholders are filled 
 prompt with spaces or quotes stays one argument and nothing is ever interpreted by a shell. Without
 ``{addendum}`` in the template, a non-empty addendum is prepended to the prompt. Usage comes from an
 optional JSON file the command writes at ``{usage_file}`` (also in EVALFARM_USAGE_FILE):
-``{"input_tokens", "output_tokens", "cost_usd", "turns", "tool_calls", "final_message"}``, every
-key optional. Without it the run has no usage (zeros, cost None) and the final message is stdout.
+``{"input_tokens", "output_tokens", "cost_usd", "turns", "tool_calls", "final_message", "models"}``,
+every key optional. Without it the run has no usage (zeros, cost None) and the final message is stdout.
 """
 from __future__ import annotations
 
@@ -67,12 +67,16 @@ class CommandDriver(Driver):
             raise AgentOutputError("command: its usage file is not JSON") from None
         if not isinstance(data, dict):
             raise AgentOutputError("command: its usage file is not a JSON object")
-        unknown = set(data) - {"input_tokens", "output_tokens", "cost_usd", "turns", "tool_calls", "final_message"}
+        unknown = set(data) - {"input_tokens", "output_tokens", "cost_usd", "turns", "tool_calls", "final_message",
+                               "models"}
         if unknown:
             raise AgentOutputError(f"command: unknown key {sorted(unknown)[0]!r} in its usage file")
         tokens_in = as_int(data.get("input_tokens"), "input_tokens", self.name)
         tokens_out = as_int(data.get("output_tokens"), "output_tokens", self.name)
         final = data.get("final_message", stdout.strip()[-2000:])
+        models = data.get("models", [])
+        if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
+            raise AgentOutputError("command: `models` in its usage file is not a list of names")
         return AgentUsage(tokens_in, tokens_out, as_cost(data.get("cost_usd"), 0, self.name),
                           as_int(data.get("turns"), "turns", self.name), as_int(data.get("tool_calls"), "tool_calls", self.name),
-                          str(final))
+                          str(final), models=tuple(models))

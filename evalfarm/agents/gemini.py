@@ -61,7 +61,8 @@ class GeminiDriver(Driver):
         if error:
             error = "gemini: " + str(error.get("message") if isinstance(error, dict) else error)[:300]
         return AgentUsage(tokens_in, tokens_out, None, turns, as_int(tools.get("totalCalls"), "tools.totalCalls", self.name),
-                          str(report.get("response") or ""), cached_input_tokens=cached, error=error)
+                          str(report.get("response") or ""), cached_input_tokens=cached, error=error,
+                          models=tuple(models))
 
 
 def _last_object(stdout: str) -> dict[str, Any]:
