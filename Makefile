@@ -46,6 +46,7 @@ GEMINI_CLI_VERSION ?= $(call PIN,GEMINI)
 OPENCODE_VERSION ?= $(call PIN,OPENCODE)
 AIDER_VERSION ?= $(call PIN,AIDER)
 NPM_AGENT = npm install --no-audit --no-fund --loglevel=error --save-exact
+NEED_NPM = @command -v npm >/dev/null 2>&1 || { echo "make agents needs node and npm: apt install nodejs npm"; exit 2; }
 # `X --version` with a throwaway HOME/XDG/TMPDIR: even that writes state into HOME (gemini, codex, opencode).
 VERSION_OK = d=$$(mktemp -d) && HOME=$$d XDG_CONFIG_HOME=$$d XDG_CACHE_HOME=$$d XDG_DATA_HOME=$$d \
   XDG_STATE_HOME=$$d TMPDIR=$$d $(1) --version >/dev/null; rc=$$?; rm -rf $$d; [ $$rc = 0 ]
@@ -57,21 +58,25 @@ agents-all: agents $(EVALFARM_AGENTS_DIR)/gemini/.pinned-$(GEMINI_CLI_VERSION) \
 
 # The stamp is written only after the installed binary answered --version: a failed install is retried.
 $(EVALFARM_AGENTS_DIR)/claude/.pinned-%:
+	$(NEED_NPM)
 	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
 	$(NPM_AGENT) --prefix $(@D) @anthropic-ai/claude-code@$*
 	$(call VERSION_OK,$(@D)/node_modules/.bin/claude) && touch $@
 
 $(EVALFARM_AGENTS_DIR)/codex/.pinned-%:
+	$(NEED_NPM)
 	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
 	$(NPM_AGENT) --prefix $(@D) @openai/codex@$*
 	$(call VERSION_OK,$(@D)/node_modules/.bin/codex) && touch $@
 
 $(EVALFARM_AGENTS_DIR)/gemini/.pinned-%:
+	$(NEED_NPM)
 	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
 	$(NPM_AGENT) --prefix $(@D) @google/gemini-cli@$*
 	$(call VERSION_OK,$(@D)/node_modules/.bin/gemini) && touch $@
 
 $(EVALFARM_AGENTS_DIR)/opencode/.pinned-%:
+	$(NEED_NPM)
 	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
 	$(NPM_AGENT) --prefix $(@D) opencode-ai@$*
 	$(call VERSION_OK,$(@D)/node_modules/.bin/opencode) && touch $@

@@ -11,6 +11,7 @@ leak      print $EVALFARM_FAKE_KEY to stderr and exit 1 (the error must mask it)
 garbage   write a usage file that is not JSON
 escape    write into $HOME, $XDG_CONFIG_HOME, $TMPDIR and ../ (outside the worktree), dump the
           environment it was given into the usage file's final_message
+orphan    start a background child (same process group), write its pid to ARG, exit 0 at once
 stdin     read stdin to its end (hangs unless stdin is closed), then exit 0
 sleep     sleep ARG seconds, then like ok
 """
@@ -63,6 +64,10 @@ def main() -> int:
         Path(os.environ["TMPDIR"], "tmp.txt").write_text("x")
         Path("..", "escaped-parent.txt").write_text("x")
         usage(usage_file, final_message=json.dumps(dict(os.environ)))
+    elif mode == "orphan":
+        child = subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        Path(sys.argv[3]).write_text(str(child.pid))
+        usage(usage_file)
     elif mode == "stdin":
         data = sys.stdin.read()
         usage(usage_file, final_message=f"stdin had {len(data)} bytes")

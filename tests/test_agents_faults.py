@@ -66,6 +66,13 @@ def test_a_hanging_agent_is_killed_with_its_children_at_the_timeout(tmp_path, st
     assert group_members(agent) == []
 
 
+def test_a_child_left_running_by_an_agent_that_exited_is_killed(tmp_path):
+    pid_file = tmp_path / "orphan"
+    run = run_fake(tmp_path, "orphan", str(pid_file))
+    assert run.ok and run.exit_code == 0 and run.leftovers_killed == 1
+    assert not alive(int(pid_file.read_text()))
+
+
 def test_a_non_zero_exit_is_a_runtime_error_with_the_last_stderr_line(tmp_path):
     run = run_fake(tmp_path, "exit")
     assert not run.ok and not run.timed_out and run.exit_code == 3
