@@ -19,6 +19,7 @@ demo: venv
 
 test: venv
 	@command -v redis-server >/dev/null 2>&1 || $(MAKE) --no-print-directory redis-server
+	@command -v chromium >/dev/null 2>&1 || $(MAKE) --no-print-directory chromium
 	$(BIN)/python -m pytest -q
 
 # The tests start their own redis-server processes; a fresh Debian machine has none.
@@ -32,6 +33,14 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) .evalfarm .pytest_cache
+
+# The dashboard tests (tests/test_dashboard_*.py) drive Debian's chromium through Playwright;
+# Playwright never downloads a browser here (no `playwright install`).
+.PHONY: chromium
+chromium:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	else echo "the dashboard tests need Debian's chromium at /usr/bin/chromium: apt install chromium"; exit 2; fi
 
 # Coding-agent CLIs for spawn mode, pinned, installed OUTSIDE the repo (one npm --prefix dir per agent,
 # aider in its own venv). Idempotent: a stamp per pinned version; a second call does nothing.

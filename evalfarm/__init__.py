@@ -1,25 +1,47 @@
 """evalfarm: a distributed eval farm for LLM prompts, models and coding agents.
 
     from evalfarm import load_spec, Runner, save_report
-    report = Runner().run(load_spec("suite.yaml"))
-"""
-from .artifacts import save_report
-from .errors import EvalfarmError, SpecError
-from .report import RunReport
-from .runner import Runner
-from .spec import EvalSpec, PromptSpec, load_spec
+    report = Runner().run(load_spec("suite.yaml"), base_dir="eval/specs")
+    save_report(report, state_dir=".evalfarm")
 
-__all__ = ["load_spec", "Runner", "save_report", "RunReport", "EvalSpec", "PromptSpec", "SpecError",
-           "EvalfarmError"]
+Plug-ins import what they need from here (``Completion``, ``register_adapter``...), never from
+internal modules. Names load lazily, so ``import evalfarm`` (and ``evalfarm --help``) stays cheap.
+
+The layout is the architecture: ``spec`` (what the user wrote) -> ``core`` (plan, checks,
+verdicts, aggregation, report) and ``engine`` (adapters, judges, one item) -> ``backends``
+(in-process and the Celery farm) under one ``orchestrator``; ``ci``, ``ab`` and ``cli`` on top.
+The core knows nothing of Celery or Redis.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
 
+_EXPORTS = {
+    "load_spec": "evalfarm.spec.load", "open_spec": "evalfarm.spec.load", "SpecFile": "evalfarm.spec.load",
+    "EvalSpec": "evalfarm.spec.models", "PromptSpec": "evalfarm.spec.models", "AdapterSpec": "evalfarm.spec.models",
+    "JudgeSpec": "evalfarm.spec.models", "Criterion": "evalfarm.spec.models",
+    "Runner": "evalfarm.orchestrator", "Orchestrator": "evalfarm.orchestrator",
+    "RunReport": "evalfarm.core.report", "Outcome": "evalfarm.core.outcome",
+    "save_report": "evalfarm.ci.artifacts",
+    "Adapter": "evalfarm.engine.adapters", "Completion": "evalfarm.engine.adapters",
+    "Judge": "evalfarm.engine.judges", "JudgeResult": "evalfarm.engine.judges",
+    "register_adapter": "evalfarm.engine.registry", "register_judge": "evalfarm.engine.registry",
+    "EvalfarmError": "evalfarm.errors", "SpecError": "evalfarm.errors",
+}
+__all__ = sorted(_EXPORTS)
 
-def load_plugins() -> None:
-    """Import the modules named in EVALFARM_PLUGINS (comma-separated): they register adapters
-    and judges. The coordinator and every worker must load the same plugins."""
-    import importlib
-    import os
 
-    for name in filter(None, (m.strip() for m in os.environ.get("EVALFARM_PLUGINS", "").split(","))):
-        importlib.import_module(name)
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'evalfarm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

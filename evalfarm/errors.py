@@ -7,7 +7,9 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILED = 1  # a gate or threshold failed
 EXIT_USAGE = 2  # bad usage or input
-EXIT_NOTHING_MEASURED = 3  # every item errored
+EXIT_NOTHING_MEASURED = 3  # every item errored: a configuration problem, never a quality result
+EXIT_INTERNAL = 4  # evalfarm itself failed, or the audit chain could not be appended
+EXIT_INTERRUPTED = 130  # stopped by Ctrl-C: what finished is saved as a partial report
 
 
 class EvalfarmError(Exception):
@@ -40,3 +42,10 @@ class FarmError(EvalfarmError):
     """The farm could not be reached or a run could not be found in it."""
 
     exit_code = EXIT_USAGE
+
+
+class InfrastructureError(EvalfarmError):
+    """The run store, the broker or a fleet limiter failed: not an answer from the provider, so it
+    never becomes an item's outcome; the item stays unfinished and is retried or redelivered."""
+
+    exit_code = 4

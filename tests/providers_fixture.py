@@ -37,3 +37,8 @@ class MockProviderProc:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
+
+    def stats_requests(self) -> list[dict]:
+        """What each request asked (model, system, user), in arrival order."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats?requests=1", timeout=5) as r:
+            return json.loads(r.read())["recent"]

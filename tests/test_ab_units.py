@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from evalfarm.ab import audit, compare, ledger
-from evalfarm.ab.artifact import build, header_of, to_bytes, verify_rows, write
+from evalfarm.ab.artifact import build, header_of, to_bytes, verify_rows
 from evalfarm.ab.executors import SYNTHETIC_PRICE, SyntheticExecutor, synthetic_cost
 from evalfarm.ab.harness import inprocess, plan_arms, run_suite, run_variants
 from evalfarm.ab.profiles import CONTROL, PROFILES, profile
@@ -263,7 +263,6 @@ def test_artifact_rebuilds_from_ledger_rows_and_catches_a_tampered_row(tmp_path)
     assert verify_rows(art, index) == ([], art)
     assert build(header_of(art), {a: [(ref, index[ref].data) for ref in art["arms"][a]["ledger_rows"]]
                                   for a in art["arm_order"]}) == art
-    assert write(tmp_path / "r", res.data) == res.path  # writing twice is a no-op
 
     lines = (tmp_path / "l.jsonl").read_text().splitlines()
     victim = json.loads(lines[5])

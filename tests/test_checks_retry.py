@@ -7,13 +7,13 @@ from email.utils import format_datetime
 
 import pytest
 
-from evalfarm.cases import load_cases
-from evalfarm.checks import run_checks
+from evalfarm.spec.cases import load_cases
+from evalfarm.core.checks import run_checks
 from evalfarm.errors import SpecError
-from evalfarm.judge import JudgeError, extract_json, parse_verdict
+from evalfarm.engine.judges import JudgeError, extract_json, parse_verdict
 from evalfarm.providers.retry import RetryPolicy, backoff_s, parse_retry_after
-from evalfarm.spec import Criterion, PromptSpec
-from evalfarm.taxonomy import is_refusal
+from evalfarm.spec.models import Criterion, PromptSpec
+from evalfarm.core.taxonomy import is_refusal
 
 
 def verdicts(checks, output):

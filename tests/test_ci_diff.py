@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from evalfarm.diff import case_verdicts, compare_cases, describe_cases, mcnemar
+from evalfarm.ci.diff import case_verdicts, compare_cases, describe_cases, mcnemar
 
 
 def outcome(adapter: str, case: str, passed: bool | None, trial: int = 0) -> dict:

@@ -12,8 +12,8 @@ import pytest
 
 from conftest import EVALFARM, env_for, run_cli
 from evalfarm import Runner, load_spec, save_report
-from evalfarm.gate import evaluate
-from evalfarm.spec import Thresholds
+from evalfarm.ci.gate import evaluate
+from evalfarm.spec.models import Thresholds
 
 
 def write_spec(tmp: Path, ids: list[str], thresholds: str = "", name: str = "ci") -> Path:

@@ -27,7 +27,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from evalfarm.farm.pools import POOLS
+from evalfarm.backends.celery.pools import POOLS
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"

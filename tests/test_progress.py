@@ -6,10 +6,11 @@ import io
 from rich.console import Console
 
 from conftest import EXAMPLES
-from evalfarm.console import LiveProgress
-from evalfarm.farm.coordinator import Coordinator, Progress
-from evalfarm.farm.settings import FarmSettings
-from evalfarm.spec import load_spec
+from evalfarm.cli.console import LiveProgress
+from evalfarm.backends.inprocess import InProcessBackend
+from evalfarm.backends.store import Progress
+from evalfarm.orchestrator import Orchestrator
+from evalfarm.spec.load import open_spec
 
 
 def test_rows_are_rates_over_the_run_and_spend_per_adapter():
@@ -23,11 +24,10 @@ def test_rows_are_rates_over_the_run_and_spend_per_adapter():
 def test_bar_during_a_real_run_shows_every_field():
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, width=160, emoji=False)
-    coord = Coordinator(FarmSettings.from_env(broker_url=None))
-    spec = load_spec(EXAMPLES / "smoke.yaml")
-    run_id = coord.submit(spec)
+    sf = open_spec(EXAMPLES / "smoke.yaml")
+    orchestrator = Orchestrator(InProcessBackend(progress_s=0.001))
     with LiveProgress(enabled=True, console=console) as bar:
-        coord.wait(run_id, on_progress=bar.update, fetch=False)
+        orchestrator.submit(sf.spec, sf.source, on_progress=bar.update)
     out = buf.getvalue()
     for needle in ("total", "mock:shouty", "20/20", "10/10", "it/s", "err 0", "$0.0000", "ETA"):
         assert needle in out, needle

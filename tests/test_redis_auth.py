@@ -15,9 +15,9 @@ import redis
 
 from conftest import EXAMPLES, RedisServer, free_port, run_cli
 from evalfarm.errors import FarmError
-from evalfarm.farm.app import create_app
-from evalfarm.farm.redis_tls import split_tls
-from evalfarm.farm.settings import FarmSettings
+from evalfarm.backends.celery.app import create_app
+from evalfarm.backends.celery.redis_tls import split_tls
+from evalfarm.backends.celery.settings import FarmSettings
 
 SMOKE = str(EXAMPLES / "smoke.yaml")
 

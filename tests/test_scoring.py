@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from evalfarm.aggregate import aggregate, nothing_measured, percentile, threshold_failures
-from evalfarm.checks import golden_check
-from evalfarm.diff import diff_reports
-from evalfarm.judge import clamp01
-from evalfarm.spec import PromptSpec, Thresholds
+from evalfarm.core.aggregate import aggregate, nothing_measured, percentile, threshold_failures
+from evalfarm.core.checks import golden_check
+from evalfarm.ci.diff import diff_reports
+from evalfarm.engine.judges import clamp01
+from evalfarm.spec.models import PromptSpec, Thresholds
 
 
 def P(**kw) -> PromptSpec:

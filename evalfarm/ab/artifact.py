@@ -14,7 +14,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..artifacts import atomic_write
 from ..canonical import canonical_json, sha256_hex
 from ..errors import UsageError
 from . import compare
@@ -84,18 +83,6 @@ class Staged:
 
     def discard(self) -> None:
         self.tmp.unlink(missing_ok=True)
-
-
-def write(reports_dir: Path, data: bytes) -> Path:
-    """Write ``<sha256>.json``; a no-op when identical bytes are already there."""
-    path = Path(reports_dir) / f"{sha256_hex(data)}.json"
-    try:
-        if path.is_file() and path.read_bytes() == data:
-            return path
-        atomic_write(path, data)
-    except OSError as exc:
-        raise UsageError(f"cannot write the artifact to {reports_dir}: {exc.strerror or exc}") from None
-    return path
 
 
 def load(path: Path) -> tuple[bytes, dict[str, Any]]:

@@ -161,9 +161,3 @@ def append(audit_dir: Path, event: str, data: dict[str, Any], ts: str | None = N
     except OSError as exc:
         raise AuditError(f"cannot append to the audit chain {path}: {_why(exc)}") from None
     return entry
-
-
-def find(audit_dir: Path, event: str, **match: Any) -> list[dict[str, Any]]:
-    """Verified entries of ``event`` whose data has every ``match`` item."""
-    good, _ = verify(audit_dir)
-    return [e for e in good if e["event"] == event and all(e["data"].get(k) == v for k, v in match.items())]

@@ -13,8 +13,9 @@ adapter the farm calls. Importing this module registers two offline adapters:
   Tokens are whitespace-separated words (input: addendum + input; output: the reply);
   cost uses the fixed synthetic price below. Nothing here touches a network.
 
-``evalfarm.adapters.resolve_adapter`` imports this module lazily for ids starting with
-``ab-``, so workers resolve these adapters without a plugin setting.
+The package declares them as ``evalfarm.adapters`` entry points (pyproject.toml), so the
+engine's registry (and every worker) finds them the way it finds any plug-in: the core
+never names the A/B harness.
 
 An ``ArmExecutor`` is the plug-in point: synthetic and provider exist today; the spawn
 executor (agents in git worktrees, a later issue) implements the same protocol, with
@@ -27,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..adapters import Completion, register_adapter
+from ..engine.adapters import Completion
 from ..errors import UsageError
-from ..spec import PromptSpec
+from ..spec.models import PromptSpec
 from . import ledger as ledger_mod
 from . import paths
 from .profiles import by_addendum
@@ -69,7 +70,7 @@ class EchoAdapter:
     """``ab-echo``: the variant's prompt joined with the input."""
 
     def __init__(self, adapter_id: str) -> None:
-        self.id = adapter_id
+        self.id = adapter_id if isinstance(adapter_id, str) else adapter_id.id
 
     def config(self) -> dict[str, Any]:
         return {"kind": "ab-echo", "version": 1}
@@ -84,7 +85,7 @@ class SyntheticAdapter:
     """``ab-synthetic``: a deterministic, offline model of a response-style profile."""
 
     def __init__(self, adapter_id: str) -> None:
-        self.id = adapter_id
+        self.id = adapter_id if isinstance(adapter_id, str) else adapter_id.id
 
     def config(self) -> dict[str, Any]:
         return {"kind": "ab-synthetic", "version": 1, "price": SYNTHETIC_PRICE, "style": SYNTHETIC_STYLE}
@@ -103,10 +104,6 @@ class SyntheticAdapter:
         out_tok = words(text)
         return Completion(text=text, input_tokens=in_tok, output_tokens=out_tok,
                           cost_usd=synthetic_cost(in_tok, out_tok))
-
-
-register_adapter("ab-echo", EchoAdapter)
-register_adapter("ab-synthetic", SyntheticAdapter)
 
 
 @dataclass
@@ -201,16 +198,3 @@ class SpawnExecutor:
     def __init__(self, *_: Any, **__: Any) -> None:
         raise UsageError("--executor spawn is not available yet (the git-worktree agent executor is a later "
                          "issue); use --executor synthetic or --executor provider")
-
-
-def executor_for(kind: str, *, model: str | None = None, base_url: str | None = None,
-                 api_key_env: str | None = None, price: tuple[float, float] | None = None,
-                 role: str = "backend", timeout_s: float = 1800.0) -> ArmExecutor:
-    if kind == "synthetic":
-        return SyntheticExecutor(model)
-    if kind == "provider":
-        from .provider import ProviderExecutor
-        return ProviderExecutor(model=model, base_url=base_url, api_key_env=api_key_env, price=price)
-    if kind == "spawn":
-        return SpawnExecutor(role=role, timeout_s=timeout_s, model=model)  # type: ignore[return-value]
-    raise UsageError(f"unknown executor {kind!r}; choose synthetic, provider or spawn")

@@ -16,9 +16,12 @@ from typing import Any, Callable
 
 from ..canonical import content_key, sha256_hex
 from ..errors import SpecError, UsageError
-from ..spec import EvalSpec, PromptSpec
+from ..orchestrator import Runner
+from ..spec.models import EvalSpec, PromptSpec
+from ..spec.sourcemap import line_for, load_yaml, read_text
 from . import artifact as artifact_mod
 from . import audit, compare, pair_index, paths
+from . import ledger as ledger_mod
 from .executors import ArmExecutor, ArmRun
 from .profiles import CONTROL, Profile, profile
 from .tasks import Task, load_suite, load_tasks, load_variant
@@ -27,7 +30,6 @@ RunSpec = Callable[[EvalSpec, int], tuple[str, list[dict[str, Any]]]]
 
 
 def inprocess(spec: EvalSpec, trials: int) -> tuple[str, list[dict[str, Any]]]:
-    from ..runner import Runner
     report = Runner().run(spec, trials=trials)
     return report.run_id, report.outcomes
 
@@ -180,8 +182,6 @@ class Verification:
 
 
 def verify(artifact_path: Path, ledger: Path | None = None, audit_dir: Path | None = None) -> Verification:
-    from . import ledger as ledger_mod
-
     raw, art = artifact_mod.load(artifact_path)
     checks: list[tuple[str, bool, str]] = []
     sha = sha256_hex(raw)
@@ -224,7 +224,6 @@ def run_variants(*, variant_a: Path, variant_b: Path, tasks_path: Path, scorer: 
                  run_spec: RunSpec = inprocess) -> dict[str, Any]:
     va, vb = load_variant(variant_a), load_variant(variant_b)
     if va.name == vb.name:
-        from ..sourcemap import line_for, load_yaml, read_text
         _, lines = load_yaml(read_text(Path(variant_b)), Path(variant_b))
         raise SpecError(f"both variants are named {va.name!r} (also in {variant_a}); give them different names",
                         path=str(variant_b), line=line_for(lines, ("name",)), field="name")

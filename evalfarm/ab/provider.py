@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import UsageError
+from ..spec.models import AdapterSpec, Price
 from . import paths
 from .executors import _RowWriter
 
@@ -36,12 +37,6 @@ class ProviderExecutor(_RowWriter):
 
     def __init__(self, model: str | None, base_url: str | None, api_key_env: str | None = None,
                  price: tuple[float, float] | None = None) -> None:
-        try:
-            from ..spec import AdapterSpec, Price
-            from .. import providers  # noqa: F401  (registers the openai provider)
-        except ImportError:  # pragma: no cover - only in a build without providers
-            raise UsageError("--executor provider needs the OpenAI-compatible provider (evalfarm.providers), "
-                             "which is not part of this build") from None
         if not model:
             raise UsageError("--executor provider needs --model NAME (the model the endpoint serves)")
         base_url = base_url or os.environ.get("EVAL_BASE_URL")

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..canonical import content_key
 from ..errors import SpecError
-from ..sourcemap import dotted, line_for, load_yaml, read_text
+from ..spec.sourcemap import dotted, line_for, load_yaml, read_text
 
 Scorer = Literal["exact", "contains", "none"]
 

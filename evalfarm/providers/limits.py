@@ -27,8 +27,19 @@ class Limiter(Protocol):
     async def pause(self, seconds: float) -> None: ...
 
 
+_PROCESS_CAP: int | None = None
+
+
+def set_process_cap(cap: int | None) -> None:
+    """Calls in flight in this process, across every run and endpoint (``--concurrency`` for an
+    in-process run; a worker's ``EVALFARM_MAX_IN_FLIGHT``). None: the environment's, default 64."""
+    global _PROCESS_CAP
+    _PROCESS_CAP = cap
+    _LIMITERS.clear()
+
+
 def process_in_flight() -> int:
-    return int(os.environ.get("EVALFARM_MAX_IN_FLIGHT", "64"))
+    return _PROCESS_CAP or int(os.environ.get("EVALFARM_MAX_IN_FLIGHT", "64"))
 
 
 class Gcra:

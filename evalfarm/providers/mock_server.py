@@ -27,7 +27,7 @@ import json
 import random
 import re
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from email.utils import formatdate
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,7 @@ class MockProvider:
         self.statuses: dict[int, int] = defaultdict(int)
         self.in_flight = self.max_in_flight = 0
         self.log: list[tuple[float, int]] = []  # (arrival, status), for tests of fleet-wide limits
+        self.recent: deque[dict[str, Any]] = deque(maxlen=20000)  # what was asked: /stats?requests=1
         self.started = time.monotonic()
 
     def app(self) -> web.Application:
@@ -84,6 +85,8 @@ class MockProvider:
                                 "max_in_flight": self.max_in_flight}
         if request.query.get("log"):
             body["log"] = self.log
+        if request.query.get("requests"):
+            body["recent"] = list(self.recent)
         return web.json_response(body)
 
     def _error(self, status: int, message: str, retry_after: str | None = None) -> web.Response:
@@ -114,6 +117,9 @@ class MockProvider:
             user = next(m["content"] for m in reversed(messages) if m.get("role") == "user")
         except (ValueError, KeyError, StopIteration, TypeError):
             return self._error(400, "expected a JSON chat completion request with a user message")
+        self.recent.append({"model": body.get("model"), "user": user,
+                            "system": "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
+                            or None})
         marks = {name: arg for name, arg in _MARK.findall(user)}
         delay = self.latency_s + float(marks.get("slow") or 0) / 1000.0
         if delay:

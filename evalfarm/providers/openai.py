@@ -5,6 +5,7 @@ time, on the worker; it is never stored, logged or put in an error message.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -13,11 +14,12 @@ from typing import Any
 
 import httpx
 
-from ..adapters import Completion
+from ..engine.adapters import Completion
+from ..engine.judges import LLMJudge
 from ..redact import redact, register_secret_env
-from ..spec import AdapterSpec, Price, PromptSpec
+from ..spec.models import AdapterSpec, JudgeSpec, Price, PromptSpec
 from .errors import BadResponse, ClientError, ProviderError, TransportError, error_for_status
-from .http import client
+from .http import close_current, post
 from .limits import Limiter, Limits, limiter_for
 from .retry import RetryPolicy, parse_retry_after, with_retries
 
@@ -37,6 +39,10 @@ class Endpoint:
         base = self.base_url.rstrip("/")
         return base if base.endswith("/chat/completions") else base + "/chat/completions"
 
+    @functools.cached_property
+    def parsed_url(self) -> httpx.URL:
+        return httpx.URL(self.url)
+
 
 @dataclass
 class ChatResult:
@@ -54,15 +60,14 @@ def cost_of(price: Price | None, tokens_in: int, tokens_out: int) -> float:
     return (tokens_in * price.input + tokens_out * price.output) / 1_000_000
 
 
-async def _post_once(ep: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+async def _post_once(ep: Endpoint, body: bytes) -> dict[str, Any]:
     headers = {"Content-Type": "application/json"}
     key = os.environ.get(ep.api_key_env)
     if key:
         headers["Authorization"] = f"Bearer {key}"
-    timeout = httpx.Timeout(ep.timeout_s, connect=min(10.0, ep.timeout_s))
     try:
-        resp = await client().post(ep.url, content=json.dumps(body), headers=headers, timeout=timeout)
-        raw = await resp.aread()
+        resp = await post(ep.parsed_url, body, headers, ep.timeout_s, min(10.0, ep.timeout_s))
+        raw = resp.body
     except httpx.ConnectTimeout:
         raise TransportError(f"could not connect to {ep.url} (refused or unreachable; connect timeout "
                              f"{min(10.0, ep.timeout_s):g} s)") from None
@@ -73,18 +78,18 @@ async def _post_once(ep: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
     except (httpx.TransportError, OSError) as exc:
         raise TransportError(f"connection failed to {ep.url}: {type(exc).__name__}: {redact(str(exc))}") from None
     text = raw.decode("utf-8", errors="replace")
-    if resp.status_code != 200:
-        raise error_for_status(resp.status_code, redact(text), parse_retry_after(resp.headers.get("retry-after")))
+    if resp.status != 200:
+        raise error_for_status(resp.status, redact(text), parse_retry_after(resp.headers.get("retry-after")))
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
-        raise BadResponse(f"response is not JSON: {redact(text[:200])}", 200) from None
+    except (ValueError, RecursionError):
+        raise BadResponse(f"response is not JSON: {redact(text)[:200]}", 200) from None
 
 
 async def chat(ep: Endpoint, messages: list[dict[str, str]], params: dict[str, Any] | None = None,
                policy: RetryPolicy = RetryPolicy(), limiter: Limiter | None = None) -> ChatResult:
     """One chat completion with retries, under the endpoint's fleet limits."""
-    body = {"model": ep.model, "messages": messages, **ep.params, **(params or {})}
+    body = json.dumps({"model": ep.model, "messages": messages, **ep.params, **(params or {})}).encode()
     limiter = limiter or limiter_for(ep.base_url, ep.api_key_env, ep.limits)
     attempts = 0
 
@@ -118,7 +123,10 @@ ADAPTER_VERSION = 1  # bump when what the adapter sends changes: it is part of i
 class OpenAIAdapter:
     """The model under test. ``PromptSpec.system`` becomes the system message."""
 
-    def __init__(self, spec: AdapterSpec) -> None:
+    def __init__(self, spec: "AdapterSpec | str") -> None:
+        if isinstance(spec, str):
+            raise KeyError(f"adapter {spec!r}: an OpenAI-compatible adapter is an object with id, model and "
+                           "base_url (adapters: [{id: ..., model: ..., base_url: ...}])")
         if not spec.base_url:
             raise KeyError(f"adapter {spec.id!r} has no base_url: set it in the spec, pass --base-url "
                            "or set EVAL_BASE_URL")
@@ -126,6 +134,9 @@ class OpenAIAdapter:
         register_secret_env(spec.api_key_env)
         self.endpoint = Endpoint(spec.base_url, spec.model, spec.api_key_env, spec.timeout_s, spec.price,
                                  dict(spec.params), Limits(spec.max_in_flight, spec.requests_per_minute))
+
+    async def aclose(self) -> None:
+        await close_current()
 
     def config(self) -> dict[str, Any]:
         return {"kind": "openai", "version": ADAPTER_VERSION, "id": self.id, "model": self.spec.model,
@@ -139,3 +150,14 @@ class OpenAIAdapter:
         return Completion(text=r.text, finish_reason=r.finish_reason, input_tokens=r.input_tokens,
                           output_tokens=r.output_tokens, cost_usd=r.cost_usd,
                           meta={"attempts": r.attempts, "call_ms": round((time.perf_counter() - started) * 1e3, 3)})
+
+
+def openai_judge(spec: JudgeSpec) -> LLMJudge:
+    """A rubric judge on an OpenAI-compatible endpoint, with its own key, price and limits."""
+    if not spec.base_url:
+        raise KeyError("the judge has no base_url: set judge.base_url, pass --judge-base-url, "
+                       "or set EVAL_JUDGE_BASE_URL / EVAL_BASE_URL")
+    register_secret_env(spec.api_key_env)
+    endpoint = Endpoint(spec.base_url, spec.model, spec.api_key_env, spec.timeout_s, spec.price, dict(spec.params),
+                        Limits(spec.max_in_flight, spec.requests_per_minute))
+    return LLMJudge(spec, lambda messages: chat(endpoint, messages), kind="openai", aclose=close_current)

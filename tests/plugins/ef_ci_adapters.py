@@ -7,7 +7,7 @@ caused by what was sent.
 """
 from __future__ import annotations
 
-from evalfarm.adapters import Completion, register_adapter
+from evalfarm import Completion, register_adapter
 
 
 class Follow:

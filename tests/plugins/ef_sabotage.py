@@ -1,5 +1,5 @@
 """Breaks the engine on purpose (truncation is never detected): the selftest must notice."""
-from evalfarm import engine, taxonomy
+from evalfarm.core import taxonomy, verdict
 
 _real = taxonomy.classify
 
@@ -9,4 +9,4 @@ def broken(outcome):
     return "instruction_miss" if mode == "truncation" else mode
 
 
-engine.classify = broken
+verdict.classify = broken

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import asyncio
 
-from evalfarm.adapters import Completion, register_adapter
+from evalfarm import Completion, register_adapter
 
 
 class Broken:

@@ -1,0 +1,61 @@
+"""The Celery app: JSON only, late acks, one queue per pool, no result waiting."""
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Exchange, Queue
+
+from .pools import Pool
+from .redis_tls import split_tls
+from .settings import FarmSettings
+
+QUEUES = ("provider", "judge", "spawn", "aggregate")
+RUN_BATCH = "evalfarm.run_batch"
+JUDGE_BATCH = "evalfarm.judge_batch"
+AGGREGATE = "evalfarm.aggregate"
+
+
+def transport_options(visibility_timeout: int) -> dict:
+    """Redis transport: redeliver unacked tasks after ``visibility_timeout``, and sweep for them
+    often enough (kombu's default sweep runs every ~100 s) that a dead worker's work moves on."""
+    return {"visibility_timeout": visibility_timeout,
+            "unacked_restore_interval": max(1, min(10, visibility_timeout // 5)),
+            "unacked_restore_throttle": 1,
+            # the sweep holds a mutex; kombu's default expiry (300 s) means a worker SIGKILLed
+            # mid-sweep blocks every other worker's recovery for five minutes
+            "unacked_mutex_expire": 10}
+
+
+def create_app(settings: FarmSettings, pool: Pool | None = None) -> Celery:
+    """One app per settings. Senders route tasks by name (``send_task``); only workers register them
+    (``tasks.worker_app``)."""
+    app = Celery("evalfarm", set_as_current=False)
+    conf = dict(
+        task_serializer="json", result_serializer="json", accept_content=["json"],
+        result_accept_content=["json"], task_ignore_result=True,
+        task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
+        task_default_queue="provider",
+        task_queues=[Queue(q, Exchange(q, type="direct"), routing_key=q) for q in QUEUES],
+        task_default_exchange="provider", task_default_routing_key="provider",
+        task_routes={RUN_BATCH: {"queue": "provider"}, JUDGE_BATCH: {"queue": "judge"},
+                     AGGREGATE: {"queue": "aggregate"}},
+        broker_connection_retry_on_startup=True,
+        broker_transport_options=transport_options(settings.visibility_timeout),
+        task_acks_on_failure_or_timeout=True,
+        worker_hijack_root_logger=False, worker_send_task_events=False,
+    )
+    if pool is not None:
+        conf.update(worker_prefetch_multiplier=pool.prefetch_multiplier, task_soft_time_limit=pool.soft_time_limit,
+                    task_time_limit=pool.time_limit,
+                    broker_transport_options=transport_options(settings.visibility_timeout
+                                                               if settings.visibility_explicit
+                                                               else pool.visibility_timeout))
+    # rediss://: ssl_* query parameters become broker_use_ssl (certificates verified by default)
+    broker_url, broker_ssl = split_tls(settings.broker_url)
+    backend_url, backend_ssl = split_tls(settings.result_backend)
+    conf.update(broker_url=broker_url, result_backend=backend_url)
+    if broker_ssl:
+        conf.update(broker_use_ssl=broker_ssl)
+    if backend_ssl:
+        conf.update(redis_backend_use_ssl=backend_ssl)
+    app.conf.update(conf)
+    return app

@@ -1,0 +1,281 @@
+"""The run store in Redis: every key of a run lives under ``ef:run:<id>:``.
+
+The same contract as ``MemoryStore`` (``backends.store.RunStore``). Recording a batch of
+outcomes is one Lua script (results, counters and the judge backlog move together, so a
+duplicated task never double counts); the plan's order is a list beside the items hash;
+the report is a head and a body appended in chunks; ``RedisStore`` retries transient
+connection errors (a Redis restart) but not a refused password or a bad certificate.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import ssl
+import threading
+import time
+from typing import Any, Iterator
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from ...core.report import OUTCOMES_CLOSE
+from ..store import RunStore, cost_meta
+from .redis_tls import split_tls
+
+RUNS_INDEX = "ef:runs"
+# every key of a run (claims and blobs by name): expire_run touches these and nothing else
+PARTS = ("meta", "state", "items", "order", "results", "rmeta", "counts", "pending", "report:head",
+         "report:body", "claim:aggregate", "blob:summary", "blob:markdown", "lock:resume")
+
+
+def _k(run_id: str, part: str) -> str:
+    return f"ef:run:{run_id}:{part}"
+
+
+_RECORD_LUA = """
+-- KEYS: results, rmeta, counts, pending ; ARGV: triples of (key, json, adapter|err|cost)
+local done = 0
+for i = 1, #ARGV, 3 do
+  local key, body = ARGV[i], ARGV[i + 1]
+  local a, err, cost = string.match(ARGV[i + 2], "^(.*)|(%d+)|(-?%d+)$")
+  err = tonumber(err); cost = tonumber(cost)
+  redis.call('HINCRBY', KEYS[3], 'executed', 1)
+  local old = redis.call('HGET', KEYS[2], key)
+  local old_err, old_cost = 0, 0
+  if old then
+    local e, c = string.match(old, "^(%d+)|(-?%d+)$")
+    old_err = tonumber(e); old_cost = tonumber(c)
+  else
+    redis.call('HINCRBY', KEYS[3], 'done', 1)
+    redis.call('HINCRBY', KEYS[3], 'done:' .. a, 1)
+  end
+  if err ~= old_err then
+    redis.call('HINCRBY', KEYS[3], 'errors', err - old_err)
+    redis.call('HINCRBY', KEYS[3], 'errors:' .. a, err - old_err)
+  end
+  if cost ~= old_cost then
+    redis.call('HINCRBY', KEYS[3], 'cost_nusd', cost - old_cost)
+    redis.call('HINCRBY', KEYS[3], 'cost_nusd:' .. a, cost - old_cost)
+  end
+  redis.call('HSET', KEYS[1], key, body)
+  redis.call('HSET', KEYS[2], key, err .. '|' .. cost)
+  redis.call('HDEL', KEYS[4], key)
+end
+return redis.call('HLEN', KEYS[1])
+"""
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """Waiting does not fix a refused password (AUTH/NOAUTH) or an unverifiable certificate."""
+    if isinstance(exc, (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)):
+        return False
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return False
+        seen = seen.__cause__ or seen.__context__
+    return "CERTIFICATE_VERIFY_FAILED" not in str(exc)
+
+
+def _transient_retry(*args: Any, **kwargs: Any):
+    """redis-py's Retry minus the errors retrying cannot fix: a wrong password or a bad certificate
+    fails at once (one clear line) instead of after ~30-90 s of retries."""
+    if "is_retryable" not in inspect.signature(Retry.call_with_retry).parameters:  # redis-py < 6
+        return Retry(*args, **kwargs)
+
+    class TransientRetry(Retry):
+        def call_with_retry(self, do, fail, is_retryable=None, *a, **kw):  # type: ignore[override]
+            return super().call_with_retry(
+                do, fail, lambda e: _is_transient(e) and (is_retryable is None or is_retryable(e)), *a, **kw)
+
+    return TransientRetry(*args, **kwargs)
+
+
+class RedisStore(RunStore):
+    """The run store in Redis; every key of a run lives under ``ef:run:<id>:``."""
+
+    def __init__(self, url: str, **kwargs: Any) -> None:
+        self.url = url
+        plain, tls = split_tls(url)  # rediss://: the same TLS options as the broker
+        # ride out a Redis restart (~30 s of retries) instead of failing the task or the coordinator
+        retry = _transient_retry(ExponentialBackoff(cap=2.0, base=0.05), retries=20,
+                                 supported_errors=(redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                                                   redis.exceptions.BusyLoadingError))
+        self.r = redis.Redis.from_url(plain, **{"retry": retry, "health_check_interval": 10,
+                                                "socket_connect_timeout": 5, **tls, **kwargs})
+        self._record = self.r.register_script(_RECORD_LUA)
+
+    def ping(self) -> None:
+        self.r.ping()
+
+    def create_run(self, run_id: str, meta: dict[str, Any]) -> None:
+        pipe = self.r.pipeline()
+        pipe.set(_k(run_id, "meta"), json.dumps(meta))
+        pipe.set(_k(run_id, "state"), meta.get("state", ""))
+        pipe.zadd(RUNS_INDEX, {run_id: time.time()})
+        pipe.execute()
+
+    def add_items(self, run_id: str, items: list[tuple[str, str]]) -> None:
+        if items:
+            pipe = self.r.pipeline(transaction=False)
+            pipe.hset(_k(run_id, "items"), mapping=dict(items))
+            pipe.rpush(_k(run_id, "order"), *[k for k, _ in items])
+            pipe.execute()
+
+    def get_meta(self, run_id: str) -> dict[str, Any] | None:
+        raw = self.r.get(_k(run_id, "meta"))
+        return json.loads(raw) if raw else None
+
+    def update_meta(self, run_id: str, **fields: Any) -> None:
+        # read-modify-write under WATCH so concurrent updates never drop a field
+        key = _k(run_id, "meta")
+        with self.r.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    meta = json.loads(pipe.get(key) or "{}")
+                    meta.update(fields)
+                    pipe.multi()
+                    pipe.set(key, json.dumps(meta))
+                    if "state" in fields:
+                        pipe.set(_k(run_id, "state"), fields["state"])
+                    pipe.execute()
+                    return
+                except Exception as exc:  # WatchError: someone else wrote; retry
+                    if type(exc).__name__ != "WatchError":
+                        raise
+
+    def get_items(self, run_id: str, keys: list[str]) -> list[str | None]:
+        if not keys:
+            return []
+        return [v.decode() if v is not None else None for v in self.r.hmget(_k(run_id, "items"), keys)]
+
+    def done_keys(self, run_id: str, keys: list[str]) -> set[str]:
+        if not keys:
+            return set()
+        out: set[str] = set()
+        for i in range(0, len(keys), 5000):
+            chunk = keys[i:i + 5000]
+            pipe = self.r.pipeline(transaction=False)
+            for k in chunk:
+                pipe.hexists(_k(run_id, "results"), k)
+            out.update(k for k, exists in zip(chunk, pipe.execute()) if exists)
+        return out
+
+    def get_results(self, run_id: str, keys: list[str]) -> list[str | None]:
+        if not keys:
+            return []
+        return [v.decode() if v is not None else None for v in self.r.hmget(_k(run_id, "results"), keys)]
+
+    def record(self, run_id: str, outcomes: list[dict[str, Any]]) -> int:
+        if not outcomes:
+            return int(self.r.hlen(_k(run_id, "results")))
+        args: list[str] = []
+        for o in outcomes:
+            err, cost = cost_meta(o)
+            args += [o["key"], json.dumps(o), f"{o['adapter']}|{err}|{cost}"]
+        keys = [_k(run_id, "results"), _k(run_id, "rmeta"), _k(run_id, "counts"), _k(run_id, "pending")]
+        return int(self._record(keys=keys, args=args))
+
+    def counters(self, run_id: str) -> dict[str, int]:
+        return {k.decode(): int(v) for k, v in self.r.hgetall(_k(run_id, "counts")).items()}
+
+    def put_pending(self, run_id: str, outcomes: list[dict[str, Any]]) -> None:
+        if outcomes:
+            self.r.hset(_k(run_id, "pending"), mapping={o["key"]: json.dumps(o) for o in outcomes})
+
+    def get_pending(self, run_id: str, keys: list[str]) -> list[dict[str, Any] | None]:
+        if not keys:
+            return []
+        return [json.loads(v) if v is not None else None for v in self.r.hmget(_k(run_id, "pending"), keys)]
+
+    def pending_among(self, run_id: str, keys: list[str]) -> set[str]:
+        if not keys:
+            return set()
+        pipe = self.r.pipeline(transaction=False)
+        for k in keys:
+            pipe.hexists(_k(run_id, "pending"), k)
+        return {k for k, exists in zip(keys, pipe.execute()) if exists}
+
+    def pending_keys(self, run_id: str) -> list[str]:
+        return [k.decode() for k, _ in self.r.hscan_iter(_k(run_id, "pending"), count=2000)]
+
+    def get_state(self, run_id: str) -> str | None:
+        raw = self.r.get(_k(run_id, "state"))
+        return raw.decode() if raw else None
+
+    def pending_count(self, run_id: str) -> int:
+        return int(self.r.hlen(_k(run_id, "pending")))
+
+    def iter_item_keys(self, run_id: str) -> Iterator[str]:
+        key, start, step = _k(run_id, "order"), 0, 2000
+        while True:
+            chunk = self.r.lrange(key, start, start + step - 1)
+            yield from (k.decode() for k in chunk)
+            if len(chunk) < step:
+                return
+            start += step
+
+    def claim(self, run_id: str, what: str) -> bool:
+        return bool(self.r.set(_k(run_id, f"claim:{what}"), "1", nx=True))
+
+    def release(self, run_id: str, what: str) -> None:
+        self.r.delete(_k(run_id, f"claim:{what}"))
+
+    def clear_report(self, run_id: str) -> None:
+        self.r.delete(_k(run_id, "report:head"), _k(run_id, "report:body"))
+
+    def append_report(self, run_id: str, data: bytes) -> None:
+        self.r.append(_k(run_id, "report:body"), data)
+
+    def put_report_head(self, run_id: str, head: bytes) -> None:
+        self.r.set(_k(run_id, "report:head"), head)
+
+    def report_size(self, run_id: str) -> int:
+        pipe = self.r.pipeline(transaction=False)
+        pipe.strlen(_k(run_id, "report:head"))
+        pipe.strlen(_k(run_id, "report:body"))
+        head, body = pipe.execute()
+        return int(head) + int(body) + len(OUTCOMES_CLOSE) if head else 0
+
+    def iter_report(self, run_id: str, chunk: int = 4 << 20) -> Iterator[bytes]:
+        head = self.r.get(_k(run_id, "report:head"))
+        if head is None:
+            return
+        yield head
+        size = int(self.r.strlen(_k(run_id, "report:body")))
+        for start in range(0, size, chunk):
+            yield self.r.getrange(_k(run_id, "report:body"), start, min(size, start + chunk) - 1)
+        yield OUTCOMES_CLOSE
+
+    def runs(self) -> list[str]:
+        return [r.decode() for r in self.r.zrevrange(RUNS_INDEX, 0, -1)]
+
+    def expire_run(self, run_id: str, ttl_s: int) -> None:
+        """A finished run's keys expire (its report is on the user's disk by then); the index
+        forgets runs older than the TTL, so an overnight farm does not fill Redis. The run's keys
+        are known by name: nothing scans the keyspace."""
+        pipe = self.r.pipeline(transaction=False)
+        for part in PARTS:
+            pipe.expire(_k(run_id, part), ttl_s)
+        pipe.zremrangebyscore(RUNS_INDEX, "-inf", time.time() - ttl_s)
+        pipe.execute()
+
+    def put_blob(self, run_id: str, name: str, data: bytes) -> None:
+        self.r.set(_k(run_id, f"blob:{name}"), data)
+
+    def get_blob(self, run_id: str, name: str) -> bytes | None:
+        return self.r.get(_k(run_id, f"blob:{name}"))
+
+
+_STORES: dict[str, RedisStore] = {}
+_LOCK = threading.Lock()
+
+
+def store_for(url: str) -> RedisStore:
+    """One store client per process and URL."""
+    with _LOCK:
+        if url not in _STORES:
+            _STORES[url] = RedisStore(url)
+        return _STORES[url]

@@ -1,0 +1,186 @@
+"""What the farm's tasks do, free of Celery: call a batch of items, judge them.
+
+A batch skips items whose result is already stored (a redelivered task does not pay
+twice) and records the rest under their keys. Items that need a judge wait in the
+store's ``pending`` hash for a task on the judge queue. Whoever records the last item
+claims the aggregate exactly once. Each worker process runs one event loop
+(``LoopThread``) shared by its task threads, so pooled HTTP clients and the per-process
+cap on calls in flight are shared by every batch it runs.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Awaitable, Callable, TypeVar
+
+from ...core.outcome import Outcome
+from ...core.plan import Item
+from ...engine import build_engine
+from ...logs import get_logger
+from ...engine.cache import ResponseCache, SqliteCache
+from ...engine.items import Engine, bounded, within
+from ..finalize import spec_of
+from ..store import RunStore
+from .cache import RedisCache
+from .limits import run_slots
+
+log = get_logger("evalfarm.work")
+
+T = TypeVar("T")
+Enqueue = Callable[[str, list[str]], None]
+
+
+class LoopThread:
+    """A long-lived event loop in a daemon thread; ``run`` blocks the calling task thread until done."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+
+    def _ensure(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid():  # a forked child needs its own loop
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="evalfarm-loop", daemon=True).start()
+                self._loop, self._pid = loop, os.getpid()
+            return self._loop
+
+    def run(self, factory: Callable[[], Awaitable[T]]) -> T:
+        async def call() -> T:
+            return await factory()
+
+        return asyncio.run_coroutine_threadsafe(call(), self._ensure()).result()
+
+
+WORKER_LOOP = LoopThread()
+
+
+class RunContext:
+    """A run's spec and engine, built once per process and run."""
+
+    def __init__(self, meta: dict[str, Any], store_url: str | None = None) -> None:
+        self.meta = meta
+        self.spec = spec_of(meta)
+        self.options = meta.get("options") or {}
+        self._engine: Engine | None = None
+        self.store_url = store_url
+        cap = self.options.get("max_in_flight")  # run --concurrency N: N calls in flight across the fleet
+        self.slots = run_slots(store_url, meta["run_id"], int(cap)) if cap and store_url else None
+
+    def in_flight(self, worker_cap: int) -> int:
+        cap = self.options.get("max_in_flight")
+        return min(worker_cap, int(cap)) if cap else worker_cap
+
+    async def held(self, coro: Awaitable[T]) -> T:
+        """Await ``coro`` holding one of the run's fleet-wide slots (when the run has a cap)."""
+        if self.slots is None:
+            return await coro
+        async with self.slots.fleet_slot():
+            return await coro
+
+    def _cache(self) -> ResponseCache | None:
+        if not self.options.get("cache"):
+            return None
+        if self.store_url:
+            return RedisCache(self.store_url)
+        return SqliteCache(Path(self.options.get("state_dir") or ".evalfarm") / "cache.sqlite")
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = build_engine(self.spec, cache=self._cache())
+        return self._engine
+
+
+_CONTEXTS: "OrderedDict[str, RunContext]" = OrderedDict()
+_CONTEXT_LOCK = threading.Lock()
+
+
+def context_for(store: RunStore, run_id: str, store_url: str | None) -> RunContext | None:
+    """Built once per process and run, even when several task threads ask at once."""
+    ctx = _CONTEXTS.get(run_id)
+    if ctx is not None:
+        return ctx
+    with _CONTEXT_LOCK:
+        ctx = _CONTEXTS.get(run_id)
+        if ctx is not None:
+            return ctx
+        meta = store.get_meta(run_id)
+        if meta is None:
+            return None
+        ctx = _CONTEXTS[run_id] = RunContext(meta, store_url)
+        while len(_CONTEXTS) > 16:
+            _CONTEXTS.popitem(last=False)
+    return ctx
+
+
+def _cancelled(store: RunStore, run_id: str) -> bool:
+    return store.get_state(run_id) == "cancelled"
+
+
+def _record(store: RunStore, ctx: RunContext, run_id: str, outcomes: list[Outcome],
+            enqueue_aggregate: Callable[[str], None]) -> None:
+    finished = store.record(run_id, [o.to_dict() for o in outcomes]) if outcomes \
+        else store.counters(run_id).get("done", 0)
+    if finished >= ctx.meta["total"] and store.claim(run_id, "aggregate"):
+        enqueue_aggregate(run_id)
+
+
+def _deadline(time_limit_s: float | None) -> float | None:
+    return time.monotonic() + time_limit_s if time_limit_s else None
+
+
+def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: int,
+                  enqueue_aggregate: Callable[[str], None], enqueue_judge: Enqueue,
+                  time_limit_s: float | None = None, store_url: str | None = None) -> int:
+    """Call the adapter for the batch's unfinished items; returns how many were called."""
+    ctx = context_for(store, run_id, store_url)
+    if ctx is None:
+        log.warning("batch_for_unknown_run", run_id=run_id)
+        return 0
+    if _cancelled(store, run_id):
+        return 0
+    done = store.done_keys(run_id, keys)
+    open_keys = [k for k in keys if k not in done]
+    pending = store.pending_among(run_id, open_keys)
+    todo = [k for k in open_keys if k not in pending]
+    items = [Item.from_dict(json.loads(raw)) for raw in store.get_items(run_id, todo) if raw]
+    engine = ctx.engine
+    deadline = _deadline(time_limit_s)
+    outcomes = WORKER_LOOP.run(lambda: bounded(ctx.in_flight(max_in_flight), [
+        lambda i=i: within(deadline, ctx.held(engine.call(i)), i, "adapter") for i in items])) if items else []
+    needs_judge = [o for o in outcomes if o.error is None] if engine.judged else []
+    judged_ids = {id(o) for o in needs_judge}
+    final = [engine.decide(o) for o in outcomes if id(o) not in judged_ids]
+    if needs_judge or pending:
+        store.put_pending(run_id, [o.to_dict() for o in needs_judge])
+        enqueue_judge(run_id, [o.key for o in needs_judge] + sorted(pending))
+    _record(store, ctx, run_id, final, enqueue_aggregate)
+    return len(outcomes)
+
+
+def execute_judge(store: RunStore, run_id: str, keys: list[str], max_in_flight: int,
+                  enqueue_aggregate: Callable[[str], None], time_limit_s: float | None = None,
+                  store_url: str | None = None) -> int:
+    """Judge called-but-unjudged items and record them; returns how many were judged."""
+    ctx = context_for(store, run_id, store_url)
+    if ctx is None or _cancelled(store, run_id):
+        return 0
+    done = store.done_keys(run_id, keys)
+    open_keys = [k for k in keys if k not in done]
+    partial = {o["key"]: Outcome.from_dict(o) for o in store.get_pending(run_id, open_keys) if o}
+    raws = store.get_items(run_id, list(partial))
+    pairs = [(Item.from_dict(json.loads(raw)), partial[k]) for k, raw in zip(partial, raws) if raw]
+    engine = ctx.engine
+    deadline = _deadline(time_limit_s)
+    judged = WORKER_LOOP.run(lambda: bounded(ctx.in_flight(max_in_flight), [
+        lambda i=i, o=o: within(deadline, ctx.held(engine.judge(i, o)), i, "judge", o) for i, o in pairs])) \
+        if pairs else []
+    _record(store, ctx, run_id, judged, enqueue_aggregate)
+    return len(judged)

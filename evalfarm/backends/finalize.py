@@ -1,0 +1,58 @@
+"""The aggregate, done once per run by either backend: stored outcomes -> the report, streamed.
+
+One pass over the plan's keys in plan order, a thousand at a time: each stored outcome
+feeds the figures and is appended to the report's body as it is; the head (figures,
+thresholds, spend) is written last, so a report in the store is always complete. The
+coordinator prints from the summary and streams the bytes to disk: nobody parses a
+100,000-item report to finish a run.
+"""
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+
+from ..logs import get_logger
+from ..core.report import ReportBuilder, head_bytes, outcome_lines, render_markdown
+from ..spec.models import EvalSpec
+from .store import RunStore, batched
+
+log = get_logger("evalfarm.aggregate")
+RUN_TTL_S = 7 * 86400
+
+
+def spec_of(meta: dict) -> EvalSpec:
+    return EvalSpec.model_validate(meta["spec"])
+
+
+def finalize(store: RunStore, run_id: str, stopped: str | None = None) -> bool:
+    """Build and store the report; False (and the aggregate claim released) if the run is not
+    complete and was not ``stopped`` (then the report is partial and says why)."""
+    meta = store.get_meta(run_id)
+    if meta is None:
+        return False
+    done = store.counters(run_id).get("done", 0)
+    if stopped is None and done < meta["total"]:
+        store.release(run_id, "aggregate")
+        log.warning("aggregate_incomplete", run_id=run_id, done=done, total=meta["total"])
+        return False
+    builder = ReportBuilder(spec_of(meta), meta["trials"])
+    store.clear_report(run_id)
+    first = True
+    for keys in batched(store.iter_item_keys(run_id), 1000):
+        lines = [builder.add(raw) for raw in store.get_results(run_id, keys) if raw is not None]
+        if lines:
+            store.append_report(run_id, outcome_lines(lines, first))
+            first = False
+    finished = datetime.now(timezone.utc)
+    started = datetime.fromisoformat(meta["started_at"])
+    head = builder.head(run_id=run_id, spec_hash=meta.get("spec_hash") or "", mode=meta["mode"],
+                        started_at=meta["started_at"], finished_at=finished.isoformat(timespec="milliseconds"),
+                        duration_s=(finished - started).total_seconds(), items_planned=meta["total"],
+                        stopped=stopped)
+    store.put_blob(run_id, "summary", json.dumps(head).encode())
+    store.put_blob(run_id, "markdown", render_markdown(head, builder.failed).encode())
+    store.put_report_head(run_id, head_bytes(head))
+    store.update_meta(run_id, state=stopped or "done", finished_at=head["finished_at"])
+    store.expire_run(run_id, int(os.environ.get("EVALFARM_RUN_TTL_S") or RUN_TTL_S))
+    return True

@@ -1,0 +1,322 @@
+"""The run store contract, and ``MemoryStore``, its in-process implementation.
+
+A run store holds a run's plan (items in plan order), each item's result under its key,
+counters, the judge backlog and the report. Results are written under the item key, so a
+redelivered or duplicated task overwrites instead of double counting; counters move only
+when a key is new (or its error/cost changed). ``MemoryStore`` is a full peer of the Redis
+store (``backends.celery.store``): same contract, same semantics, tested the same way.
+
+The report is kept as a head (everything but the outcomes, written last: its presence
+means the report is complete) and a body (the outcome lines, appended in plan order), so
+neither the aggregate nor the coordinator ever holds a 100,000-item report whole.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterable, Iterator
+
+from ..core.report import OUTCOMES_CLOSE
+
+COST_SCALE = 1_000_000_000  # cost counters are integer nano-dollars: INCRBY is exact, floats are not
+
+
+def cost_meta(outcome: dict[str, Any]) -> tuple[int, int]:
+    """(errored, spend in nano-dollars): spend counts the model and the judge."""
+    spend = (outcome.get("cost_usd") or 0.0) + (outcome.get("judge_cost_usd") or 0.0)
+    return (1 if outcome.get("error") else 0, int(round(spend * COST_SCALE)))
+
+
+class RunStore(ABC):
+    @abstractmethod
+    def ping(self) -> None:
+        """Raise when the store cannot be reached."""
+
+    @abstractmethod
+    def create_run(self, run_id: str, meta: dict[str, Any]) -> None: ...
+
+    @abstractmethod
+    def add_items(self, run_id: str, items: list[tuple[str, str]]) -> None:
+        """Append (key, item JSON) pairs to the plan, in plan order."""
+
+    @abstractmethod
+    def get_meta(self, run_id: str) -> dict[str, Any] | None: ...
+
+    @abstractmethod
+    def update_meta(self, run_id: str, **fields: Any) -> None: ...
+
+    @abstractmethod
+    def get_state(self, run_id: str) -> str | None:
+        """The run's state alone: read per batch and per progress poll, so it never parses the meta."""
+
+    @abstractmethod
+    def get_items(self, run_id: str, keys: list[str]) -> list[str | None]: ...
+
+    @abstractmethod
+    def iter_item_keys(self, run_id: str) -> Iterator[str]:
+        """Every planned item key, in plan order."""
+
+    @abstractmethod
+    def done_keys(self, run_id: str, keys: list[str]) -> set[str]: ...
+
+    @abstractmethod
+    def get_results(self, run_id: str, keys: list[str]) -> list[str | None]:
+        """Stored outcomes (JSON text) of ``keys``; None where an item has none yet."""
+
+    @abstractmethod
+    def record(self, run_id: str, outcomes: list[dict[str, Any]]) -> int:
+        """Store outcomes by key; returns the number of distinct finished items."""
+
+    @abstractmethod
+    def counters(self, run_id: str) -> dict[str, int]: ...
+
+    @abstractmethod
+    def put_pending(self, run_id: str, outcomes: list[dict[str, Any]]) -> None:
+        """Outcomes called but not yet judged (they wait for the judge queue)."""
+
+    @abstractmethod
+    def get_pending(self, run_id: str, keys: list[str]) -> list[dict[str, Any] | None]: ...
+
+    @abstractmethod
+    def pending_among(self, run_id: str, keys: list[str]) -> set[str]:
+        """Which of ``keys`` await the judge (membership only: no bodies fetched)."""
+
+    @abstractmethod
+    def pending_keys(self, run_id: str) -> list[str]: ...
+
+    @abstractmethod
+    def pending_count(self, run_id: str) -> int: ...
+
+    @abstractmethod
+    def claim(self, run_id: str, what: str) -> bool:
+        """True exactly once per (run, what): guards enqueueing the aggregate."""
+
+    @abstractmethod
+    def release(self, run_id: str, what: str) -> None: ...
+
+    @abstractmethod
+    def clear_report(self, run_id: str) -> None:
+        """Forget a report under construction (an aggregate that runs again starts over)."""
+
+    @abstractmethod
+    def append_report(self, run_id: str, data: bytes) -> None:
+        """Append outcome lines to the report's body."""
+
+    @abstractmethod
+    def put_report_head(self, run_id: str, head: bytes) -> None:
+        """Write the report's head: from now on the report exists."""
+
+    @abstractmethod
+    def report_size(self, run_id: str) -> int:
+        """The report file's size in bytes; 0 while there is no (complete) report."""
+
+    @abstractmethod
+    def iter_report(self, run_id: str) -> Iterator[bytes]:
+        """The report file's bytes in chunks."""
+
+    @abstractmethod
+    def runs(self) -> list[str]: ...
+
+    @abstractmethod
+    def put_blob(self, run_id: str, name: str, data: bytes) -> None: ...
+
+    @abstractmethod
+    def get_blob(self, run_id: str, name: str) -> bytes | None: ...
+
+    @abstractmethod
+    def expire_run(self, run_id: str, ttl_s: int) -> None:
+        """A finished run's keys expire (its report is on the user's disk by then)."""
+
+    def get_report(self, run_id: str) -> bytes | None:
+        return b"".join(self.iter_report(run_id)) if self.report_size(run_id) else None
+
+
+class MemoryStore(RunStore):
+    """The run store in this process's memory (the in-process backend)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._meta: dict[str, dict[str, Any]] = {}
+        self._items: dict[str, dict[str, str]] = {}
+        self._results: dict[str, dict[str, str]] = {}
+        self._rmeta: dict[str, dict[str, tuple[int, int]]] = {}
+        self._counts: dict[str, dict[str, int]] = {}
+        self._pending: dict[str, dict[str, str]] = {}
+        self._claims: set[tuple[str, str]] = set()
+        self._heads: dict[str, bytes] = {}
+        self._bodies: dict[str, list[bytes]] = {}
+        self._blobs: dict[tuple[str, str], bytes] = {}
+
+    def ping(self) -> None:
+        pass
+
+    def create_run(self, run_id: str, meta: dict[str, Any]) -> None:
+        with self._lock:
+            self._meta[run_id] = dict(meta)
+            for table in (self._items, self._results, self._rmeta, self._counts, self._pending):
+                table.setdefault(run_id, {})
+
+    def add_items(self, run_id: str, items: list[tuple[str, str]]) -> None:
+        with self._lock:
+            self._items[run_id].update(items)  # a dict keeps insertion (plan) order
+
+    def get_meta(self, run_id: str) -> dict[str, Any] | None:
+        meta = self._meta.get(run_id)
+        return dict(meta) if meta is not None else None
+
+    def update_meta(self, run_id: str, **fields: Any) -> None:
+        with self._lock:
+            self._meta[run_id].update(fields)
+
+    def get_state(self, run_id: str) -> str | None:
+        return (self._meta.get(run_id) or {}).get("state")
+
+    def get_items(self, run_id: str, keys: list[str]) -> list[str | None]:
+        items = self._items.get(run_id, {})
+        return [items.get(k) for k in keys]
+
+    def iter_item_keys(self, run_id: str) -> Iterator[str]:
+        return iter(list(self._items.get(run_id, {})))
+
+    def done_keys(self, run_id: str, keys: list[str]) -> set[str]:
+        results = self._results.get(run_id, {})
+        return {k for k in keys if k in results}
+
+    def get_results(self, run_id: str, keys: list[str]) -> list[str | None]:
+        results = self._results.get(run_id, {})
+        return [results.get(k) for k in keys]
+
+    def record(self, run_id: str, outcomes: list[dict[str, Any]]) -> int:
+        with self._lock:
+            results, rmeta, counts = self._results[run_id], self._rmeta[run_id], self._counts[run_id]
+            pending = self._pending[run_id]
+            for o in outcomes:
+                err, cost = cost_meta(o)
+                old = rmeta.get(o["key"])
+                a = o["adapter"]
+                counts["executed"] = counts.get("executed", 0) + 1
+                if old is None:
+                    for f in ("done", f"done:{a}"):
+                        counts[f] = counts.get(f, 0) + 1
+                    old = (0, 0)
+                for f in ("errors", f"errors:{a}"):
+                    counts[f] = counts.get(f, 0) + err - old[0]
+                for f in ("cost_nusd", f"cost_nusd:{a}"):
+                    counts[f] = counts.get(f, 0) + cost - old[1]
+                results[o["key"]] = json.dumps(o)
+                rmeta[o["key"]] = (err, cost)
+                pending.pop(o["key"], None)
+            return len(results)
+
+    def counters(self, run_id: str) -> dict[str, int]:
+        return dict(self._counts.get(run_id, {}))
+
+    def put_pending(self, run_id: str, outcomes: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._pending[run_id].update({o["key"]: json.dumps(o) for o in outcomes})
+
+    def get_pending(self, run_id: str, keys: list[str]) -> list[dict[str, Any] | None]:
+        pending = self._pending.get(run_id, {})
+        return [json.loads(pending[k]) if k in pending else None for k in keys]
+
+    def pending_among(self, run_id: str, keys: list[str]) -> set[str]:
+        pending = self._pending.get(run_id, {})
+        return {k for k in keys if k in pending}
+
+    def pending_keys(self, run_id: str) -> list[str]:
+        return list(self._pending.get(run_id, {}))
+
+    def pending_count(self, run_id: str) -> int:
+        return len(self._pending.get(run_id, {}))
+
+    def claim(self, run_id: str, what: str) -> bool:
+        with self._lock:
+            if (run_id, what) in self._claims:
+                return False
+            self._claims.add((run_id, what))
+            return True
+
+    def release(self, run_id: str, what: str) -> None:
+        with self._lock:
+            self._claims.discard((run_id, what))
+
+    def clear_report(self, run_id: str) -> None:
+        self._heads.pop(run_id, None)
+        self._bodies[run_id] = []
+
+    def append_report(self, run_id: str, data: bytes) -> None:
+        self._bodies.setdefault(run_id, []).append(data)
+
+    def put_report_head(self, run_id: str, head: bytes) -> None:
+        self._heads[run_id] = head
+
+    def report_size(self, run_id: str) -> int:
+        head = self._heads.get(run_id)
+        if head is None:
+            return 0
+        return len(head) + sum(map(len, self._bodies.get(run_id, []))) + len(OUTCOMES_CLOSE)
+
+    def iter_report(self, run_id: str) -> Iterator[bytes]:
+        if run_id in self._heads:
+            yield self._heads[run_id]
+            yield from list(self._bodies.get(run_id, []))
+            yield OUTCOMES_CLOSE
+
+    def runs(self) -> list[str]:
+        return sorted(self._meta, reverse=True)
+
+    def put_blob(self, run_id: str, name: str, data: bytes) -> None:
+        self._blobs[(run_id, name)] = data
+
+    def get_blob(self, run_id: str, name: str) -> bytes | None:
+        return self._blobs.get((run_id, name))
+
+    def expire_run(self, run_id: str, ttl_s: int) -> None:
+        pass  # lives as long as its process
+
+
+def batched(iterable: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for x in iterable:
+        batch.append(x)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+@dataclass
+class Progress:
+    """Where a run stands, from the store's counters (the same for both backends)."""
+
+    run_id: str
+    total: int
+    done: int
+    errors: int
+    cost_usd: float
+    per_adapter: dict[str, tuple[int, int]]  # adapter -> (done, errors)
+    elapsed_s: float  # since the run started (not since this process attached)
+    state: str
+    pending_judge: int = 0
+    executed: int = 0
+    cost_per_adapter: dict[str, float] | None = None  # model + judge spend so far
+
+
+def progress_of(store: RunStore, run_id: str, meta: dict[str, Any]) -> Progress:
+    """Counters, state and judge backlog; ``meta`` is the run's (static) meta, read once per run."""
+    c = store.counters(run_id)
+    adapters = meta.get("adapters", [])
+    try:
+        since = (datetime.now(timezone.utc) - datetime.fromisoformat(meta["started_at"])).total_seconds()
+    except (KeyError, ValueError, TypeError):
+        since = 0.0
+    return Progress(run_id=run_id, total=meta["total"], done=c.get("done", 0), errors=c.get("errors", 0),
+                    cost_usd=c.get("cost_nusd", 0) / COST_SCALE,
+                    per_adapter={a: (c.get(f"done:{a}", 0), c.get(f"errors:{a}", 0)) for a in adapters},
+                    elapsed_s=max(since, 0.0), state=store.get_state(run_id) or "?",
+                    pending_judge=store.pending_count(run_id), executed=c.get("executed", 0),
+                    cost_per_adapter={a: c.get(f"cost_nusd:{a}", 0) / COST_SCALE for a in adapters})

@@ -1,0 +1,185 @@
+"""Persisted runs: atomic JSON + Markdown + lineage stub, listing and lookup."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..canonical import sha256_hex
+from ..core.report import RunReport, render_markdown, report_bytes, report_problem
+from ..errors import UsageError
+
+DEFAULT_STATE_DIR = Path(".evalfarm")
+
+
+def runs_dir(state_dir: Path | str) -> Path:
+    return Path(state_dir) / "runs"
+
+
+def _umask_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def write_stream(path: Path, chunks: Iterable[bytes]) -> str:
+    """Write chunks so readers never see half a file; returns the SHA-256 of the bytes.
+
+    A regular file is replaced atomically (temp file + rename, with the usual umask mode). A
+    symlink is followed, and a device or pipe (``/dev/stdout``, a FIFO) is written in place:
+    replacing those would destroy them.
+    """
+    import hashlib
+    import stat
+
+    path = Path(path)
+    digest = hashlib.sha256()
+    if path.is_symlink():
+        path = path.resolve()
+    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+        with open(path, "wb") as fh:
+            for chunk in chunks:
+                digest.update(chunk)
+                fh.write(chunk)
+        return digest.hexdigest()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            for chunk in chunks:
+                digest.update(chunk)
+                fh.write(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, _umask_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return digest.hexdigest()
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` atomically (see write_stream)."""
+    write_stream(path, [data])
+
+
+def check_writable(path: Path, what: str) -> None:
+    """Before a run spends anything: a file we will write later must be writable, or exit 2 now."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{what} {path}: is a directory; give a file path")
+    parent = path.resolve().parent if path.is_symlink() else path.parent
+    probe = parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"{what} {path}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} {path}: {probe} is not writable")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UsageError(f"{what} {path}: the file is not writable")
+
+
+def check_state_dir(state_dir: Path) -> None:
+    state_dir = Path(state_dir)
+    if state_dir.exists() and not state_dir.is_dir():
+        raise UsageError(f"--state-dir {state_dir}: is not a directory")
+    check_writable(state_dir / "runs" / "probe.json", "--state-dir")
+
+
+def save_report(report: RunReport | dict[str, Any], state_dir: Path | str = DEFAULT_STATE_DIR,
+                raw: bytes | None = None, markdown: bytes | None = None) -> tuple[Path, Path]:
+    """Persist ``<run_id>.json``, ``.md`` and ``.lineage.json``; returns (json_path, md_path).
+
+    Run ids carry a microsecond timestamp and a random suffix, and an existing file
+    is never overwritten, so two runs in the same second both survive.
+    """
+    data = report.to_dict() if isinstance(report, RunReport) else report
+    out = runs_dir(state_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / f"{data['run_id']}.json", out / f"{data['run_id']}.md"
+    lineage_path = out / f"{data['run_id']}.lineage.json"
+    if json_path.exists():
+        raise UsageError(f"{json_path}: a run with this id is already saved; refusing to overwrite")
+    body = raw if raw is not None else report_bytes(data)
+    atomic_write(md_path, markdown if markdown is not None else render_markdown(data).encode("utf-8"))
+    stub = {"artefact_path": str(json_path.resolve()), "content_hash": "sha256:" + sha256_hex(body),
+            "lineage_tag": data["lineage_tag"], "ts_ns": time.time_ns()}
+    atomic_write(lineage_path, (json.dumps(stub, indent=2) + "\n").encode())
+    atomic_write(json_path, body)  # last: a run is listed only once all three exist
+    return json_path, md_path
+
+
+def save_report_stream(summary: dict[str, Any], chunks: Iterable[bytes], state_dir: Path | str,
+                       markdown: bytes) -> tuple[Path, Path]:
+    """Like save_report, for a report too big to hold: its bytes arrive in chunks."""
+    out = runs_dir(state_dir)
+    json_path, md_path = out / f"{summary['run_id']}.json", out / f"{summary['run_id']}.md"
+    if json_path.exists():
+        raise UsageError(f"{json_path}: a run with this id is already saved; refusing to overwrite")
+    tmp_json = out / f".{summary['run_id']}.json.partial"
+    digest = write_stream(tmp_json, chunks)
+    try:
+        atomic_write(md_path, markdown)
+        stub = {"artefact_path": str(json_path.resolve()), "content_hash": "sha256:" + digest,
+                "lineage_tag": summary["lineage_tag"], "ts_ns": time.time_ns()}
+        atomic_write(out / f"{summary['run_id']}.lineage.json", (json.dumps(stub, indent=2) + "\n").encode())
+        os.replace(tmp_json, json_path)  # last: a run is listed only once all three exist
+    finally:
+        tmp_json.unlink(missing_ok=True)
+    return json_path, md_path
+
+
+def list_runs(state_dir: Path | str = DEFAULT_STATE_DIR) -> list[Path]:
+    """Persisted run JSON files, newest first (run ids sort by time), stubs excluded."""
+    folder = runs_dir(state_dir)
+    if not folder.is_dir():
+        return []
+    files = [p for p in folder.glob("*.json") if not p.name.endswith(".lineage.json")]
+    return sorted(files, key=lambda p: p.name, reverse=True)
+
+
+def resolve_run(ref: str, state_dir: Path | str = DEFAULT_STATE_DIR) -> Path:
+    """A run by path, id or unique id prefix."""
+    path = Path(ref)
+    if path.is_file():
+        return path
+    folder = runs_dir(state_dir)
+    exact = folder / f"{ref}.json"
+    if exact.is_file():
+        return exact
+    matches = [p for p in list_runs(state_dir) if p.stem.startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise UsageError(f"run reference {ref!r} is ambiguous: matches {', '.join(p.stem for p in matches[:5])}")
+    raise UsageError(f"run {ref!r} not found (not a file, and no run id under {folder}); "
+                     "see 'evalfarm list'")
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    """A stored report, checked for the shape every reader relies on (exit 2 otherwise)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise UsageError(f"{path}: not a readable evalfarm report (nested too deeply)") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"{path}: not a readable evalfarm report ({exc})") from None
+    problem = report_problem(data)
+    if problem:
+        raise UsageError(f"{path}: not an evalfarm report ({problem})")
+    return data
+
+
+def require_complete(report: dict[str, Any], where: str) -> dict[str, Any]:
+    """A partial report (interrupted, stopped early) is refused wherever a whole run is compared."""
+    reason = report.get("stopped")
+    if reason:
+        raise UsageError(f"{where}: run {report.get('run_id')} is partial (stopped: {reason}; "
+                         f"{report.get('items_done')} of {report.get('items_planned')} items measured); "
+                         "diff, gate and baselines need a complete run")
+    return report

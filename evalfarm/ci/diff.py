@@ -1,0 +1,184 @@
+"""Run vs run: per-adapter deltas with a winner, and a case-level comparison.
+
+A *case* is one (adapter, prompt id). Its verdict in a run is pass^k over its
+trials: ``True`` when every trial was measured and passed, ``False`` when any
+measured trial failed, ``None`` (unmeasured) when no trial failed but some
+errored: a runtime error is never a quality verdict. With one trial that is
+simply the item's ``passed`` field.
+
+Shared cases (measured in both runs) are classified stable (pass -> pass),
+regressed (pass -> fail), fixed (fail -> pass) or still broken (fail -> fail),
+and McNemar's paired test on the discordant pairs (regressed vs fixed) says
+whether the change in pass rate is statistically meaningful: the exact binomial
+test below 25 discordant pairs, the continuity-corrected chi-square above.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..core.verdict import case_verdict, item_passed
+
+CLASSES = ("regressed", "fixed", "still_broken", "stable")
+EXACT_BELOW = 25  # discordant pairs: exact binomial below, chi-square (continuity corrected) from here
+
+
+def _winner(delta: float, tolerance: float) -> str:
+    """Outside the tolerance band by more than float noise (0.51 - 0.50 is a tie at 0.01)."""
+    delta = round(delta, 9)
+    if delta > tolerance + 1e-9:
+        return "b"
+    if delta < -tolerance - 1e-9:
+        return "a"
+    return "tie"
+
+
+def diff_reports(a: dict[str, Any], b: dict[str, Any], tolerance: float = 0.01) -> dict[str, Any]:
+    """An adapter present in one run only counts 0 on the other side. An adapter present in both
+    whose items all errored on a side was not measured there: its winner is "unmeasured" and it
+    stays out of the overall mean (a configuration problem never reads as a quality decline)."""
+    adapters = list(a["per_adapter"]) + [x for x in b["per_adapter"] if x not in a["per_adapter"]]
+    rows: dict[str, dict[str, Any]] = {}
+    for adapter in adapters:
+        in_a, in_b = adapter in a["per_adapter"], adapter in b["per_adapter"]
+        fa, fb = a["per_adapter"].get(adapter, {}), b["per_adapter"].get(adapter, {})
+        unmeasured = (in_a and fa.get("overall") is None) or (in_b and fb.get("overall") is None)
+        oa, ob = fa.get("overall") or 0.0, fb.get("overall") or 0.0
+        ga, gb = fa.get("golden_pass_rate") or 0.0, fb.get("golden_pass_rate") or 0.0
+        rows[adapter] = {
+            "overall_a": oa, "overall_b": ob, "overall_delta": round(ob - oa, 6),
+            "golden_rate_a": ga, "golden_rate_b": gb, "golden_rate_delta": round(gb - ga, 6),
+            "in_a": in_a, "in_b": in_b, "measured": not unmeasured,
+            "winner": "unmeasured" if unmeasured else _winner(ob - oa, tolerance),
+        }
+    counted = [r for r in rows.values() if r["measured"]]
+    mean_a = sum(r["overall_a"] for r in counted) / len(counted) if counted else 0.0
+    mean_b = sum(r["overall_b"] for r in counted) / len(counted) if counted else 0.0
+    return {"a": a.get("run_id"), "b": b.get("run_id"), "tolerance": tolerance, "per_adapter": rows,
+            "overall_a": round(mean_a, 6), "overall_b": round(mean_b, 6),
+            "overall_delta": round(mean_b - mean_a, 6),
+            "winner": _winner(mean_b - mean_a, tolerance) if counted else "unmeasured"}
+
+
+# --- cases -------------------------------------------------------------------------------------------
+
+def case_verdicts(report: dict[str, Any]) -> dict[tuple[str, str], bool | None]:
+    """(adapter, prompt id) -> pass^k verdict over the case's trials (core.verdict.case_verdict)."""
+    trials: dict[tuple[str, str], list[bool | None]] = {}
+    for o in report.get("outcomes") or []:
+        trials.setdefault((o["adapter"], o["prompt_id"]), []).append(item_passed(o))
+    return {case: case_verdict(v) for case, v in trials.items()}
+
+
+def case_pairing(a: dict[str, Any], b: dict[str, Any]) -> dict[str, str] | None:
+    """Which adapter of b each adapter of a is compared with. Shared adapter ids pair with
+    themselves; two single-adapter runs with different adapters (model A vs model B on the
+    same cases) pair with each other; otherwise nothing pairs."""
+    ad_a, ad_b = list(a.get("per_adapter") or {}), list(b.get("per_adapter") or {})
+    shared = [x for x in ad_a if x in ad_b]
+    if shared:
+        return {x: x for x in shared}
+    if len(ad_a) == 1 and len(ad_b) == 1:
+        return {ad_a[0]: ad_b[0]}
+    return None
+
+
+def _sig(p: float) -> float:
+    return float(f"{p:.6g}")  # six significant digits: small p-values keep their precision
+
+
+def mcnemar(regressed: int, fixed: int) -> dict[str, Any]:
+    """McNemar's paired test on the discordant counts; two-sided p-value."""
+    n = regressed + fixed
+    if n == 0:
+        return {"method": "none", "discordant": 0, "p_value": 1.0}
+    if n < EXACT_BELOW:
+        k = min(regressed, fixed)
+        tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+        return {"method": "exact binomial", "discordant": n, "p_value": _sig(min(1.0, 2 * tail))}
+    chi2 = (abs(regressed - fixed) - 1) ** 2 / n
+    return {"method": "chi-square (continuity corrected)", "discordant": n, "statistic": round(chi2, 6),
+            "p_value": _sig(math.erfc(math.sqrt(chi2 / 2)))}
+
+
+def compare_cases(a: dict[str, Any], b: dict[str, Any], alpha: float = 0.05) -> dict[str, Any]:
+    """Classify the shared cases of a (before) and b (after) and test the change in pass rate."""
+    va, vb = case_verdicts(a), case_verdicts(b)
+    pairing = case_pairing(a, b)
+    classes: dict[str, list[dict[str, str]]] = {c: [] for c in CLASSES}
+    unmeasured: list[dict[str, str]] = []
+    per_adapter: dict[str, dict[str, Any]] = {}
+    paired_b: set[tuple[str, str]] = set()
+    for (adapter, case), before in va.items():
+        if pairing is None or adapter not in pairing:
+            continue
+        key_b = (pairing[adapter], case)
+        if key_b not in vb:
+            continue
+        paired_b.add(key_b)
+        after = vb[key_b]
+        row = {"adapter": adapter, "case": case}
+        if pairing[adapter] != adapter:
+            row["adapter_b"] = pairing[adapter]
+        counts = per_adapter.setdefault(adapter, {"shared": 0, **{c: 0 for c in CLASSES}, "unmeasured": 0})
+        counts["shared"] += 1
+        if before is None or after is None:
+            unmeasured.append(row)
+            counts["unmeasured"] += 1
+            continue
+        cls = ("stable" if after else "regressed") if before else ("fixed" if after else "still_broken")
+        classes[cls].append(row)
+        counts[cls] += 1
+    measured = sum(len(v) for v in classes.values())
+    for adapter, counts in per_adapter.items():
+        counts["mcnemar"] = _significance(counts["regressed"], counts["fixed"], counts["shared"] - counts["unmeasured"],
+                                          counts["stable"], alpha)
+    only_a = sorted(f"{x}/{c}" for (x, c) in va if pairing is None or x not in pairing or (pairing[x], c) not in vb)
+    only_b = sorted(f"{x}/{c}" for (x, c) in vb if (x, c) not in paired_b)
+    return {
+        "pairing": pairing or {}, "shared": measured + len(unmeasured), "measured": measured,
+        "counts": {c: len(v) for c, v in classes.items()} | {"unmeasured": len(unmeasured)},
+        **classes, "unmeasured": unmeasured, "only_in_a": only_a, "only_in_b": only_b,
+        "per_adapter": per_adapter,
+        "mcnemar": _significance(len(classes["regressed"]), len(classes["fixed"]), measured,
+                                 len(classes["stable"]), alpha),
+        "note": None if measured + len(unmeasured) else "the runs share no cases: nothing to compare case by case",
+    }
+
+
+def _significance(regressed: int, fixed: int, measured: int, stable: int, alpha: float) -> dict[str, Any]:
+    test = mcnemar(regressed, fixed)
+    test["alpha"] = alpha
+    test["significant"] = measured > 0 and test["p_value"] < alpha
+    if measured:
+        test["pass_rate_a"] = round((stable + regressed) / measured, 6)
+        test["pass_rate_b"] = round((stable + fixed) / measured, 6)
+    return test
+
+
+def describe_cases(cases: dict[str, Any], limit: int = 20) -> list[str]:
+    """Plain lines for a terminal: counts, the moving cases, the test."""
+    if cases["note"]:
+        return [cases["note"]]
+    c = cases["counts"]
+    lines = [f"cases: {cases['shared']} shared; {c['stable']} stable, {c['regressed']} regressed, "
+             f"{c['fixed']} fixed, {c['still_broken']} still broken"
+             + (f", {c['unmeasured']} unmeasured (errored)" if c["unmeasured"] else "")]
+    for cls, label in (("regressed", "regressed"), ("fixed", "fixed"), ("still_broken", "still broken")):
+        rows = cases[cls]
+        if rows:
+            names = ", ".join(f"{r['adapter']}/{r['case']}" for r in rows[:limit])
+            more = f" ... and {len(rows) - limit} more" if len(rows) > limit else ""
+            lines.append(f"  {label}: {names}{more}")
+    m = cases["mcnemar"]
+    if cases["measured"] and not m["discordant"]:
+        lines.append(f"pass rate on shared cases {m['pass_rate_a'] * 100:.1f}% -> {m['pass_rate_b'] * 100:.1f}%: "
+                     "no case changed its verdict (McNemar p=1)")
+    elif cases["measured"]:
+        verdict = "statistically meaningful" if m["significant"] else "not statistically meaningful"
+        lines.append(f"pass rate on shared cases {m['pass_rate_a'] * 100:.1f}% -> {m['pass_rate_b'] * 100:.1f}%: "
+                     f"{verdict} (McNemar {m['method']}, {m['discordant']} discordant, p={m['p_value']:.4g}, "
+                     f"alpha {m['alpha']:g})")
+    if cases["only_in_a"] or cases["only_in_b"]:
+        lines.append(f"not shared: {len(cases['only_in_a'])} case(s) only in a, {len(cases['only_in_b'])} only in b")
+    return lines

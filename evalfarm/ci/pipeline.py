@@ -1,0 +1,167 @@
+"""What happens after a run is saved, and what CI reads: record, gate, promote, JUnit, PR summary;
+the registry listing and the case-level diff. Nothing here calls a model: it reads stored reports.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..core.verdict import exit_code, stopped
+from ..errors import UsageError
+from ..spec.models import Thresholds
+from .artifacts import list_runs, load_report, require_complete, runs_dir
+from .diff import compare_cases, describe_cases, diff_reports
+from .gate import evaluate
+from .registry import DB_NAME, Registry, baseline_report, resolve_ref
+from .reports import pr_summary, write_junit, write_pr_summary
+
+
+def echo_lines(lines: list[str], err: bool) -> None:
+    for line in lines:
+        click.echo(line, err=err)
+
+
+def baseline_for(name: str | None, default: str | None, state_dir: Path):
+    """(name, report) of the baseline to compare with: ``name`` (a baseline name or any run
+    reference) must exist; ``default`` (the spec name) is used when it does."""
+
+    if name:
+        found = baseline_report(name, state_dir)
+        if found is not None:
+            return name, require_complete(found[1], f"baseline {name!r}")
+        try:
+            path = resolve_ref(name, state_dir)
+            return name, require_complete(load_report(path), str(path))
+        except UsageError:
+            raise UsageError(f"--baseline {name}: no baseline of that name and no such run in {state_dir}; "
+                             "see 'evalfarm ls --baselines'") from None
+    if default:
+        found = baseline_report(default, state_dir)
+        if found is not None:
+            return default, require_complete(found[1], f"baseline {default!r}")
+    return None, None
+
+
+def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, thresholds: Thresholds | None,
+               prompt_info: dict[str, Any] | None, options: dict[str, Any]) -> int:
+    """After ``run`` saved its report: record it, gate, promote, write JUnit / PR summary; the exit code.
+    A partial run (interrupted, stopped) is recorded as such and never gated or promoted."""
+    state_dir = Path(state_dir)
+    err = bool(options.get("as_json"))  # stdout carries the report JSON: talk on stderr
+    gate_on, promote, name = bool(options.get("gate")), bool(options.get("promote")), options.get("baseline")
+    info = prompt_info or {}
+    prompt = info.get("prompt")
+    registry = Registry(state_dir) if json_path is not None or gate_on or name else None
+    if json_path is not None:
+        registry.record(report, json_path, dataset_hash=info.get("dataset_hash"), prompt=prompt)
+    if prompt:
+        echo_lines([f"prompt {prompt['name']}@{prompt['version']} ({prompt['hash'][:19]}, by {prompt['resolved_by']})"], err)
+    if stopped(report):
+        if gate_on or promote:
+            echo_lines([f"not gated{' or promoted' if promote else ''}: the run stopped early ({report['stopped']}, "
+                   f"{report.get('items_done')} of {report.get('items_planned')} items)"], err)
+        return exit_code(report)
+
+    result = baseline = None
+    base_name = None
+    if gate_on or promote or name:
+        try:
+            base_name, baseline = baseline_for(name, report.get("spec_name"), state_dir)
+        except UsageError:
+            if not promote:  # --promote --baseline NEW creates it
+                raise
+        if baseline is not None and not gate_on:
+            echo_lines([f"against baseline {base_name!r} (run {baseline.get('run_id')}):",
+                   *("  " + x for x in describe_cases(compare_cases(baseline, report)))], err)
+    if gate_on or promote:
+        thresholds = thresholds or Thresholds.model_validate(report["thresholds"])
+        result = evaluate(report, thresholds, baseline, base_name)
+        if gate_on:
+            echo_lines(result.lines(), err)
+            if result.cases is not None:
+                echo_lines(["  " + x for x in describe_cases(result.cases)], err)
+        if json_path is not None:
+            registry.set_gate(report["run_id"], result.to_dict())
+    if promote:
+        target = name or report.get("spec_name")
+        if result.passed:
+            prev = registry.promote(target, report, json_path)
+            echo_lines([f"promoted run {report['run_id']} to baseline {target!r}"
+                   + (f" (was {prev})" if prev else " (new baseline)")], err)
+        else:
+            why = "nothing was measured" if result.nothing_measured else \
+                "the gate failed: " + ", ".join(b.name for b in result.brakes if b.failed)
+            echo_lines([f"not promoted to baseline {target!r}: {why}"], err)
+    if options.get("junit"):
+        write_junit(options["junit"], report, result if gate_on else None)
+    if options.get("pr_summary"):
+        write_pr_summary(options["pr_summary"], pr_summary(report, result if gate_on else None, baseline, prompt,
+                                                           str(json_path) if json_path else None))
+    if gate_on:
+        return result.exit_code
+    return exit_code(report)
+
+
+def list_lines(state_dir: Path, spec: str | None = None, tag: str | None = None) -> list[str]:
+    """``evalfarm ls``: id, finished, spec, result, path, figures, prompt, baselines (tab-separated)."""
+
+    if not runs_dir(state_dir).is_dir() and not (Path(state_dir) / DB_NAME).is_file():
+        return []
+    registry = Registry(state_dir)
+    names = registry.baseline_names()
+    out = []
+    for e in registry.runs(spec=spec, tag=tag):
+        figures = " ".join(f"{a}={f['overall']:.3f}" if f.get("overall") is not None else f"{a}=n/a"
+                           for a, f in (e.get("figures") or {}).items())
+        prompt = f"{e['prompt_name']}@{e['prompt_version']}" if e.get("prompt_name") else "-"
+        out.append("\t".join([e["run_id"], e.get("finished_at") or "", e.get("spec_name") or "", e["result"],
+                              e.get("artifact_path") or "", figures, prompt,
+                              ",".join(names.get(e["run_id"], [])) or "-"]))
+    if spec is None and tag is None:  # saved files the registry could not read
+        known = {e["run_id"] for e in registry.runs()}
+        out += [f"{p.stem}\t\t\tUNREADABLE\t{p}" for p in list_runs(state_dir) if p.stem not in known]
+    return out
+
+
+def baseline_lines(state_dir: Path) -> list[str]:
+
+    if not (Path(state_dir) / DB_NAME).is_file():
+        return []
+    return ["\t".join([e["baseline_name"], e["run_id"], e["promoted_at"], e.get("spec_name") or "",
+                       e.get("result") or "", e.get("artifact_path") or ""])
+            for e in Registry(state_dir).baselines()]
+
+
+def diff_output(a_ref: str, b_ref: str, tolerance: float, alpha: float, state_dir: Path) -> dict[str, Any]:
+    """The diff JSON: per-adapter deltas (diff_reports), the case comparison, the prompts."""
+
+    pa, pb = resolve_ref(a_ref, state_dir), resolve_ref(b_ref, state_dir)
+    a, b = require_complete(load_report(pa), str(pa)), require_complete(load_report(pb), str(pb))
+    result = diff_reports(a, b, tolerance)
+    result["cases"] = compare_cases(a, b, alpha)
+    prompts = {"a": None, "b": None, "changed_under_same_version": False}
+    if (Path(state_dir) / DB_NAME).is_file():
+        reg = Registry(state_dir)
+        for side, rep in (("a", a), ("b", b)):
+            entry = reg.get(rep.get("run_id", ""))
+            prompts[side] = entry["prompt"] if entry else None
+        pa, pb = prompts["a"], prompts["b"]
+        if pa and pb and (pa["name"], pa["version"]) == (pb["name"], pb["version"]) and pa["hash"] != pb["hash"]:
+            prompts["changed_under_same_version"] = True
+    result["prompts"] = prompts
+    return result
+
+
+def diff_text(result: dict[str, Any]) -> list[str]:
+
+    lines = describe_cases(result["cases"])
+    p = result.get("prompts") or {}
+    pa, pb = p.get("a"), p.get("b")
+    if pa or pb:
+        show = lambda x: f"{x['name']}@{x['version']} ({x['hash'][:19]})" if x else "none"  # noqa: E731
+        lines.append(f"prompt: a {show(pa)}, b {show(pb)}")
+    if p.get("changed_under_same_version"):
+        lines.append("WARNING: same prompt version, different content: these runs used different prompts")
+    return lines

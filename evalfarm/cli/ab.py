@@ -1,0 +1,296 @@
+"""``evalfarm ab`` (variant and suite modes, ``verify``, ``latest``) and ``evalfarm audit verify``.
+
+Exit codes: 0 ok (whatever the verdict), 1 a verification failed, 2 bad usage or input,
+3 nothing measured (every run errored; the artifact is still emitted), 4 the audit chain could not be appended (and then no artifact is written).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import UsageError
+
+VARIANT_FLAGS = ("variant_a", "variant_b", "tasks")
+SUITE_FLAGS = ("suite", "arm_a", "arm_b")
+SUITE_ONLY = ("arms", "trials", "executor", "model", "role", "timeout_s", "ledger", "reports_dir", "audit_dir",
+              "base_url", "api_key_env", "price")
+VARIANT_ONLY = ("scorer",)
+
+
+def _flag(name: str) -> str:
+    return "--" + {"timeout_s": "timeout"}.get(name, name).replace("_", "-")
+
+
+def _farm_runner(broker: str | None, timeout_s: float | None, quiet: bool):
+    """run_spec for the harness: the arms' items on a backend, like ``evalfarm run`` (in this process by
+    default, on the farm with --broker)."""
+    def run(spec, trials: int) -> tuple[str, list[dict[str, Any]]]:
+        from ..orchestrator import Orchestrator
+        from ..spec.source import PromptSource
+        from .console import LiveProgress
+
+        if broker is None:
+            from ..backends.inprocess import InProcessBackend
+
+            backend = InProcessBackend()
+        else:
+            from ..backends.celery.coordinator import CeleryBackend
+            from ..backends.celery.settings import FarmSettings
+
+            backend = CeleryBackend(FarmSettings.from_env(broker_url=broker))  # after the inputs validated
+        orchestrator = Orchestrator(backend)
+        source = PromptSource(inline=tuple(spec.prompts), count=len(spec.prompts))
+        with LiveProgress(enabled=False if quiet else None) as bar:
+            plan = orchestrator.submit(spec, source, trials=trials, on_progress=bar.update)
+            orchestrator.wait(plan.run_id, bar.update, timeout_s)
+        return plan.run_id, json.loads(orchestrator.report_bytes(plan.run_id))["outcomes"]
+
+    return run
+
+
+def _price(value: str | None) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    try:
+        a, b = (float(x) for x in value.split(","))
+        if a < 0 or b < 0:
+            raise ValueError
+        return a, b
+    except ValueError:
+        raise UsageError(f"--price {value!r}: expected INPUT,OUTPUT in USD per million tokens, e.g. 3,15") from None
+
+
+def _emit(payload: bytes, output: Path | None, as_json: bool) -> None:
+    if output is not None:
+        from ..ci.artifacts import atomic_write
+        if output.is_dir():
+            raise UsageError(f"--output {output}: is a directory; give a file path")
+        atomic_write(output, payload)
+    if as_json:
+        sys.stdout.write(payload.decode("ascii") + "\n")
+
+
+def _fmt(v: Any, spec: str = "{:.4f}") -> str:
+    return "n/a" if v is None else spec.format(v)
+
+
+def _print_suite(res) -> None:
+    a = res.artifact
+    click.echo(f"suite {a['suite']['name']} ({a['suite']['tasks']} tasks, scorer {a['suite']['scorer']}), "
+               f"executor {a['executor']['kind']}, {a['trials']} trial(s), {a['arms_mode']} arms")
+    click.echo(f"{'arm':<10} {'role':<10} {'runs':>5} {'pass rate':>9} {'med tokens':>10} {'med USD':>12} "
+               f"{'total USD':>12}  not measured")
+    for name in a["arm_order"]:
+        f = a["arms"][name]
+        click.echo(f"{name:<10} {f['role']:<10} {f['runs']:>5} {_fmt(f['pass_rate']):>9} "
+                   f"{_fmt(f['median_tokens'], '{:.1f}'):>10} {_fmt(f['median_usd'], '{:.8f}'):>12} "
+                   f"{_fmt(f['total_usd'], '{:.8f}'):>12}  {', '.join(f['not_measured']) or '-'}")
+    for c in a["comparisons"]:
+        parts = []
+        for name, d in c["deltas"].items():
+            if "not_measured" in d:
+                parts.append(f"{name}: not measured")
+            else:
+                parts.append(f"{name} {d['delta']:+.6g} [{d['ci95'][0]:+.6g}, {d['ci95'][1]:+.6g}]")
+        click.echo(f"{c['b']} vs {c['a']} ({c['label']}): " + "; ".join(parts))
+    v = a["verdict"]
+    head = {"winner": f"WINNER {v['winner']} (by {v['decided_by']})", "tie": "TIE",
+            "incomparable": "INCOMPARABLE"}[v["result"]]
+    click.echo(f"{head}: {v['reason']}")
+    for m in v["not_measured"]:
+        click.echo(f"  not measured: {m['arm']} {m['axis']} ({m['reason']}, {m['runs_missing']} run(s))")
+    click.echo(f"artifact {res.path}")
+    click.echo(f"audit entry {res.audit_entry['seq']}; ledger {res.ledger}")
+
+
+def _print_variants(r: dict[str, Any]) -> None:
+    click.echo(f"{'variant':<16} {'n':>4} {'passes':>6} {'pass rate':>9} {'mean score':>10}")
+    for side in ("a", "b"):
+        f = r[side]
+        click.echo(f"{f['name']:<16} {f['n']:>4} {_fmt(f['passes'], '{}'):>6} {_fmt(f['pass_rate']):>9} "
+                   f"{_fmt(f['mean_score']):>10}")
+    click.echo(f"{'task':<24} {'a':>5} {'b':>5} {'delta':>6}")
+    for t in r["tasks"]:
+        click.echo(f"{t['id']:<24} {_fmt(t['score_a'], '{:.2f}'):>5} {_fmt(t['score_b'], '{:.2f}'):>5} "
+                   f"{_fmt(t['delta'], '{:+.2f}'):>6}")
+    v = r["verdict"]
+    click.echo(f"WINNER {v['winner']}: {v['reason']}" if v["result"] == "winner" else f"TIE: {v['reason']}")
+
+
+path_option = dict(type=click.Path(dir_okay=False, path_type=Path))
+dir_option = dict(type=click.Path(file_okay=False, path_type=Path))
+
+
+@click.group(invoke_without_command=True)
+@click.option("--variant-a", **path_option, help="Variant mode: variant A (name, prompt, model?).")
+@click.option("--variant-b", **path_option, help="Variant mode: variant B.")
+@click.option("--tasks", **path_option, help="Variant mode: tasks file (tasks: [{id, input, expected}]).")
+@click.option("--scorer", type=click.Choice(["exact", "none"]), help="Variant mode scorer [default: exact].")
+@click.option("--suite", **path_option, help="Suite mode: suite YAML (tasks: [...], name?, scorer?).")
+@click.option("--arm-a", help="Suite mode: profile of arm A (baseline, balanced, terse, verbose).")
+@click.option("--arm-b", help="Suite mode: profile of arm B (the candidate with --arms 3).")
+@click.option("--arms", type=click.Choice(["2", "3"]), help="3 adds the built-in control arm [default: 2].")
+@click.option("--trials", type=click.IntRange(1, 1000), help="Trials per (arm, task) [default: 1].")
+@click.option("--executor", type=click.Choice(["synthetic", "provider", "spawn"]),
+              help="synthetic: offline, deterministic; provider: a real OpenAI-compatible model; "
+                   "spawn: not available yet [default: synthetic].")
+@click.option("--model", help="Model for provider arms; the model label in the artifact.")
+@click.option("--role", help="Agent role for spawned arms, recorded in the artifact [default: backend].")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
+              help="Max seconds to wait for the arms' items on the farm [default: 1800].")
+@click.option("--ledger", **path_option, help="Spend ledger [synthetic: STATE/ab/ledger.jsonl; provider: "
+                                               "STATE/cost/ledger.jsonl; STATE: EVALFARM_STATE_DIR or .evalfarm].")
+@click.option("--reports-dir", **dir_option, help="Artifact directory [default: STATE/reports/eval_ab].")
+@click.option("--audit-dir", **dir_option, help="Audit chain directory [default: STATE/audit].")
+@click.option("--base-url", help="Provider executor: OpenAI-compatible base URL (or EVAL_BASE_URL).")
+@click.option("--api-key-env", help="Provider executor: NAME of the env variable holding the key "
+                                    "[default: EVAL_API_KEY].")
+@click.option("--price", help="Provider executor: INPUT,OUTPUT USD per million tokens (without it cost is "
+                              "not measured).")
+@click.option("--broker", envvar="EVALFARM_BROKER_URL", metavar="URL",
+              help="redis://... to run the arms on workers; default: in this process, no server.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison JSON on stdout.")
+@click.option("--output", "-o", **path_option, help="Also write the comparison JSON here.")
+@click.pass_context
+def ab(ctx: click.Context, **opts: Any) -> None:
+    """Compare two prompt variants, or one suite under two or three response-style profiles.
+
+    \b
+    evalfarm ab --variant-a a.yaml --variant-b b.yaml --tasks tasks.yaml [--scorer exact|none]
+    evalfarm ab --suite suite.yaml --arm-a balanced --arm-b terse [--arms 3] [--trials N] ...
+    evalfarm ab verify ARTIFACT [--ledger PATH] [--audit-dir DIR]
+    """
+    given = {k for k, v in opts.items() if v not in (None, False) and k != "broker"}
+    if ctx.invoked_subcommand is not None:
+        if given:
+            raise UsageError(f"{', '.join(sorted(_flag(k) for k in given))}: options of 'evalfarm ab' go without "
+                             f"a subcommand; 'ab {ctx.invoked_subcommand}' takes its own options")
+        return
+    variant = [k for k in VARIANT_FLAGS if k in given]
+    suite = [k for k in SUITE_FLAGS if k in given]
+    if variant and suite:
+        raise UsageError("choose one mode: variant (--variant-a/--variant-b/--tasks) or suite "
+                         "(--suite/--arm-a/--arm-b), not both")
+    if not variant and not suite:
+        raise UsageError("nothing to compare: pass --variant-a, --variant-b and --tasks, "
+                         "or --suite, --arm-a and --arm-b ('evalfarm ab --help')")
+    mode_flags, wrong = (VARIANT_FLAGS, SUITE_ONLY) if variant else (SUITE_FLAGS, VARIANT_ONLY)
+    missing = [k for k in mode_flags if k not in given]
+    if missing:
+        raise UsageError(f"{'variant' if variant else 'suite'} mode needs "
+                         f"{', '.join(_flag(k) for k in mode_flags)} together (missing {', '.join(map(_flag, missing))})")
+    stray = [k for k in wrong if k in given]
+    if stray:
+        raise UsageError(f"{', '.join(map(_flag, stray))} only applies to {'suite' if variant else 'variant'} mode")
+    if opts["executor"] != "provider":
+        extra = [k for k in ("base_url", "api_key_env", "price") if k in given]
+        if extra:
+            raise UsageError(f"{', '.join(map(_flag, extra))} only applies with --executor provider")
+    if variant:
+        _variant_mode(opts)
+    else:
+        _suite_mode(opts)
+
+
+def _variant_mode(o: dict[str, Any]) -> None:
+    from ..ab.harness import run_variants
+
+    result = run_variants(variant_a=o["variant_a"], variant_b=o["variant_b"], tasks_path=o["tasks"],
+                          scorer=o["scorer"] or "exact", run_spec=_farm_runner(o["broker"], None, o["as_json"]))
+    from ..canonical import canonical_json
+    _emit(canonical_json(result).encode("ascii"), o["output"], o["as_json"])
+    if not o["as_json"]:
+        _print_variants(result)
+
+
+def _suite_mode(o: dict[str, Any]) -> None:
+    from ..ab.choose import executor_for
+    from ..ab.harness import plan_arms, run_suite
+    from ..ab.tasks import load_suite
+
+    arms = int(o["arms"] or 2)
+    plan_arms(o["arm_a"], o["arm_b"], arms)  # profile and arm errors before any work
+    executor = executor_for(o["executor"] or "synthetic", model=o["model"], base_url=o["base_url"],
+                            api_key_env=o["api_key_env"], price=_price(o["price"]), role=o["role"] or "backend",
+                            timeout_s=o["timeout_s"] or 1800.0)
+    load_suite(o["suite"])
+    if o["output"] is not None and o["output"].is_dir():
+        raise UsageError(f"--output {o['output']}: is a directory; give a file path")
+    res = run_suite(suite_path=o["suite"], arm_a=o["arm_a"], arm_b=o["arm_b"], arms=arms, trials=o["trials"] or 1,
+                    executor=executor, role=o["role"] or "backend", ledger=o["ledger"],
+                    reports_dir=o["reports_dir"], audit_dir=o["audit_dir"],
+                    run_spec=_farm_runner(o["broker"], o["timeout_s"] or 1800.0, o["as_json"]))
+    _emit(res.data, o["output"], o["as_json"])
+    if not o["as_json"]:
+        _print_suite(res)
+    if all(a["not_measured"].get("quality", {}).get("runs_errored") == a["runs"] for a in res.artifact["arms"].values()):
+        click.echo("evalfarm: nothing measured: every run errored (runtime errors, not quality); "
+                   "the artifact records it as incomparable", err=True)
+        sys.exit(3)
+
+
+@ab.command("verify")
+@click.argument("artifact", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--ledger", **path_option, help="The ledger the artifact's rows live in "
+                                               "[default: by executor, as when it was made].")
+@click.option("--audit-dir", **dir_option, help="[default: STATE/audit; STATE: EVALFARM_STATE_DIR or .evalfarm]")
+@click.option("--json", "as_json", is_flag=True)
+def ab_verify(artifact: Path, ledger: Path | None, audit_dir: Path | None, as_json: bool) -> None:
+    """Recompute every aggregate from the referenced ledger rows; check the hash and the audit event."""
+    from ..ab.harness import verify
+
+    result = verify(artifact, ledger=ledger, audit_dir=audit_dir)
+    if as_json:
+        click.echo(json.dumps({"ok": result.ok, "checks": [{"check": c, "ok": ok, "detail": d}
+                                                          for c, ok, d in result.checks]}, indent=2))
+    else:
+        for check, ok, detail in result.checks:
+            click.echo(f"{'ok  ' if ok else 'FAIL'} {check}: {detail}".rstrip(": "))
+        click.echo("VERIFIED" if result.ok else "NOT VERIFIED")
+    sys.exit(0 if result.ok else 1)
+
+
+@ab.command("latest")
+@click.argument("profile_a")
+@click.argument("profile_b")
+@click.option("--reports-dir", **dir_option, help="[default: STATE/reports/eval_ab]")
+@click.option("--suite", "suite_name", help="Only comparisons of this suite (by name).")
+def ab_latest(profile_a: str, profile_b: str, reports_dir: Path | None, suite_name: str | None) -> None:
+    """The latest comparison of a profile pair (either order), from the pair index."""
+    from ..ab import paths
+    from ..ab.pair_index import latest
+
+    reports_dir = reports_dir or paths.reports_dir()
+    entry = latest(reports_dir, profile_a, profile_b, suite_name)
+    if entry is None:
+        click.echo(f"no comparison of {profile_a} and {profile_b} in {reports_dir}", err=True)
+        sys.exit(1)
+    click.echo(json.dumps({**entry, "path": str(reports_dir / entry["artifact"])}, indent=2, sort_keys=True))
+
+
+@click.group()
+def audit() -> None:
+    """The append-only, HMAC-chained audit log."""
+
+
+@audit.command("verify")
+@click.option("--audit-dir", **dir_option, help="[default: STATE/audit; STATE: EVALFARM_STATE_DIR or .evalfarm]")
+def audit_verify(audit_dir: Path | None) -> None:
+    """Check every entry's HMAC and link; name the first broken entry (exit 1)."""
+    from ..ab import audit as chain
+    from ..ab import paths
+
+    audit_dir = audit_dir or paths.audit_dir()
+    try:
+        good, broken = chain.verify(audit_dir)
+    except chain.AuditError as exc:
+        raise UsageError(str(exc)) from None
+    if broken is not None:
+        click.echo(f"BROKEN: {broken} in {audit_dir / chain.CHAIN}; {len(good)} entr{'y' if len(good) == 1 else 'ies'} "
+                   "before it verified")
+        sys.exit(1)
+    click.echo(f"OK: {len(good)} entr{'y' if len(good) == 1 else 'ies'} verified in {audit_dir / chain.CHAIN}")

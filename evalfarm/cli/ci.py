@@ -1,0 +1,146 @@
+"""CI commands: list, diff, gate, baseline. Nothing here calls a model: they read stored reports."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import EXIT_NOTHING_MEASURED, EvalfarmError, UsageError
+from .options import state_dir_option
+
+
+class NothingMeasuredError(EvalfarmError):
+    exit_code = EXIT_NOTHING_MEASURED
+
+
+@click.command("list")
+@state_dir_option
+@click.option("--spec", "spec_name", metavar="NAME", help="Only runs of this spec name.")
+@click.option("--tag", metavar="TAG", help="Only runs with this lineage tag.")
+@click.option("--baselines", is_flag=True, help="List the named baselines instead: name, run, promoted, spec, result, path.")
+@click.option("--json", "as_json", is_flag=True, help="Registry entries as JSON.")
+def list_cmd(state_dir: Path, spec_name: str | None, tag: str | None, baselines: bool, as_json: bool) -> None:
+    """Recorded runs, newest first, tab-separated: id, finished, spec, result, path, overall per adapter,
+    prompt@version, baselines pointing at it."""
+    from ..ci.pipeline import baseline_lines, list_lines
+    from ..ci.registry import DB_NAME, Registry
+
+    if as_json:
+        reg = Registry(state_dir) if (state_dir / "runs").is_dir() or (state_dir / DB_NAME).is_file() else None
+        rows = [] if reg is None else (reg.baselines() if baselines else reg.runs(spec=spec_name, tag=tag))
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for line in (baseline_lines(state_dir) if baselines else list_lines(state_dir, spec_name, tag)):
+        click.echo(line)
+
+
+@click.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--tolerance", type=click.FloatRange(0, 1), default=0.01, show_default=True)
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True,
+              help="Significance level of McNemar's test on the shared cases.")
+@state_dir_option
+@click.option("--json", "as_json", is_flag=True)
+def diff(run_a: str, run_b: str, tolerance: float, alpha: float, state_dir: Path, as_json: bool) -> None:
+    """Compare two runs (paths, ids, id prefixes, baseline:NAME); b minus a.
+
+    Per-adapter deltas, then each shared case: stable, regressed, fixed, still broken (pass^k with
+    trials), and whether the change in pass rate is significant (McNemar's paired test).
+    """
+    from ..ci.pipeline import diff_output, diff_text
+    from .console import diff_table, out_console
+
+    result = diff_output(run_a, run_b, tolerance, alpha, state_dir)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        out_console.print(diff_table(result))
+        for line in diff_text(result):
+            click.echo(line)
+
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN")
+@click.option("--baseline", "baseline_name", metavar="NAME",
+              help="Baseline to compare with (a name, or any run reference); default: the one named after "
+                   "the run's spec, if any.")
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Take the thresholds from this spec (the current ones); default: those stored in the run.")
+@state_dir_option
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE")
+@click.option("--pr-summary", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE")
+@click.option("--json", "as_json", is_flag=True, help="Print the gate result as JSON.")
+def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_dir: Path, junit: Path | None,
+         pr_summary: Path | None, as_json: bool) -> None:
+    """Re-evaluate a stored RUN against the current thresholds; calls no model.
+
+    Exit 0 passed, 1 a brake failed, 3 nothing was measured in RUN.
+    """
+    from ..ci.artifacts import load_report, require_complete
+    from ..ci.diff import describe_cases
+    from ..ci.gate import evaluate
+    from ..ci.pipeline import baseline_for, echo_lines
+    from ..ci.registry import Registry, resolve_ref
+    from ..ci.reports import pr_summary as render_summary, write_junit, write_pr_summary
+    from ..spec.load import load_spec
+    from ..spec.models import Thresholds
+
+    path = resolve_ref(run_ref, state_dir)
+    report = require_complete(load_report(path), str(path))
+    if spec_path is not None:
+        thresholds = load_spec(spec_path).thresholds
+    else:
+        try:
+            thresholds = Thresholds.model_validate(report.get("thresholds") or {})
+        except Exception as exc:
+            raise UsageError(f"{path}: thresholds stored in the run are not valid ({exc}); pass --spec FILE") from None
+    name, baseline = baseline_for(baseline_name, report.get("spec_name"), state_dir)
+    result = evaluate(report, thresholds, baseline, name)
+    entry = Registry(state_dir).get(report.get("run_id", "")) if (state_dir / "registry.db").is_file() else None
+    if entry is not None:
+        Registry(state_dir).set_gate(entry["run_id"], result.to_dict())
+    if junit:
+        write_junit(junit, report, result)
+    if pr_summary:
+        write_pr_summary(pr_summary, render_summary(report, result, baseline, (entry or {}).get("prompt"), str(path)))
+    if as_json:
+        click.echo(json.dumps(result.to_dict(with_cases=True), indent=2))
+    else:
+        click.echo(f"run {report.get('run_id')} ({report.get('spec_name')}), thresholds from "
+                   f"{spec_path if spec_path else 'the run'}")
+        echo_lines(result.lines(), False)
+        if result.cases is not None:
+            echo_lines(["  " + x for x in describe_cases(result.cases)], False)
+    sys.exit(result.exit_code)
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN")
+@click.option("--name", metavar="NAME", help="Baseline name; default: the run's spec name.")
+@state_dir_option
+def baseline(run_ref: str, name: str | None, state_dir: Path) -> None:
+    """Promote a stored RUN (path, id, id prefix, baseline:NAME) to a named baseline."""
+    from ..ci.artifacts import list_runs, load_report, require_complete, runs_dir, save_report
+    from ..ci.registry import Registry, is_stored, resolve_ref
+
+    path = resolve_ref(run_ref, state_dir)
+    report = require_complete(load_report(path), str(path))
+    if report.get("nothing_measured"):
+        raise NothingMeasuredError(f"{path}: run {report.get('run_id')} measured nothing (every item errored); "
+                                   "it cannot be a baseline")
+    if "run_id" not in report or "outcomes" not in report:
+        raise UsageError(f"{path}: not a complete evalfarm report (no run_id or outcomes)")
+    if not is_stored(path, state_dir):  # a report from elsewhere: keep a copy the baseline can rely on
+        stored = runs_dir(state_dir) / f"{report['run_id']}.json"
+        if stored not in list_runs(state_dir):
+            save_report(report, state_dir, raw=path.read_bytes())
+        path = stored
+    target = name or report.get("spec_name")
+    prev = Registry(state_dir).promote(target, report, path)
+    click.echo(f"baseline {target!r} -> run {report['run_id']}" + (f" (was {prev})" if prev else " (new)"))
+
+

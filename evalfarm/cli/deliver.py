@@ -1,0 +1,53 @@
+"""Delivering a finished (or stopped) run: its report from the backend's store to disk and screen.
+
+The report's bytes stream from the store to the files (and stdout) in chunks. Printing, the
+registry and the exit code need only the summary the aggregate stored beside it; the
+outcomes are parsed only for what needs them (the gate, baselines, JUnit), so a
+100,000-item run stays cheap for the coordinator.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..backends.store import RunStore
+from ..ci.artifacts import list_runs, save_report_stream, write_stream
+from ..ci.pipeline import finish_run
+from ..spec.models import Thresholds
+from .console import print_summary
+
+FULL_REPORT_OPTIONS = ("gate", "promote", "baseline", "junit", "pr_summary")
+
+
+def finish(store: RunStore, run_id: str, state_dir: Path, no_save: bool, as_json: bool, output: Path | None,
+           thresholds: Thresholds | None = None, prompt_info: dict[str, Any] | None = None,
+           ci: dict[str, Any] | None = None) -> int:
+    """Persist and print a run's report; returns the exit code."""
+    ci = ci or {}
+    summary = json.loads(store.get_blob(run_id, "summary") or b"{}")
+    markdown = store.get_blob(run_id, "markdown") or b""
+    paths: list[str] = []
+    json_path = None
+    if output is not None:
+        write_stream(output, store.iter_report(run_id))
+        paths.append(str(output))
+    if not no_save:
+        existing = [p for p in list_runs(state_dir) if p.stem == run_id]
+        if existing:  # already saved by an earlier wait
+            json_path = existing[0]
+            paths.append(str(json_path))
+        else:
+            json_path, md_path = save_report_stream(summary, store.iter_report(run_id), state_dir, markdown)
+            paths += [str(json_path), str(md_path)]
+    if as_json:
+        for chunk in store.iter_report(run_id):
+            sys.stdout.buffer.write(chunk)
+        sys.stdout.flush()
+    else:
+        print_summary(summary, paths)
+    report = summary
+    if any(ci.get(k) for k in FULL_REPORT_OPTIONS) and not summary.get("stopped"):
+        report = json.loads(b"".join(store.iter_report(run_id)))
+    return finish_run(report, json_path, state_dir, thresholds, prompt_info, {**ci, "as_json": as_json})

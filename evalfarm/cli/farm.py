@@ -1,0 +1,165 @@
+"""Commands that talk to the farm: worker, status, wait, cancel, resume."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import EvalfarmError
+from .options import broker_option, state_dir_option
+
+
+def report_options(f):
+    """Where and how a finished run's report goes: the options `wait` and `resume` share."""
+    for option in reversed([state_dir_option, click.option("--no-save", is_flag=True),
+                            click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path)),
+                            click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True)),
+                            click.option("--json", "as_json", is_flag=True)]):
+        f = option(f)
+    return f
+
+
+def farm(broker: str | None):
+    """The Celery backend for ``broker`` (one clear line when there is none or it is unreachable)."""
+    from ..backends.celery.coordinator import CeleryBackend
+    from ..backends.celery.settings import FarmSettings
+
+    if not broker:
+        raise EvalfarmError("this command needs the farm's Redis: pass --broker redis://HOST:6379/0 "
+                            "or set EVALFARM_BROKER_URL")
+    return CeleryBackend(FarmSettings.from_env(broker_url=broker))
+
+
+def attach(backend, run_id: str, state_dir: Path, no_save: bool, as_json: bool, output: Path | None,
+           timeout_s: float | None) -> None:
+    """Show live progress until the report exists, then save, print and exit with its code."""
+    from .console import LiveProgress
+    from .deliver import finish
+
+    with LiveProgress(enabled=None if not as_json else False) as bar:
+        try:
+            backend.wait(run_id, on_progress=bar.update, timeout_s=timeout_s)
+        except KeyboardInterrupt:
+            still_running(run_id)
+    sys.exit(finish(backend.store, run_id, state_dir, no_save, as_json, output))
+
+
+def still_running(run_id: str) -> None:
+    """Ctrl-C while attached to a farm run: the run goes on without us."""
+    click.echo(f"\nevalfarm: detached; run {run_id} goes on on the farm. 'evalfarm wait {run_id}' attaches "
+               f"again, 'evalfarm cancel {run_id}' stops it.", err=True)
+    sys.exit(130)
+
+
+@click.command()
+@click.option("--pool", type=click.Choice(["provider", "judge", "spawn", "aggregate", "all"]), default="all",
+              show_default=True, help="Which queues to consume, with that pool's settings "
+                                      "(evalfarm/backends/celery/pools.py).")
+@click.option("-c", "--concurrency", type=click.IntRange(1, 512),
+              help="Tasks this worker runs at once (threads sharing one event loop); default: the pool's.")
+@broker_option
+@click.option("--loglevel", default="WARNING", show_default=True)
+def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str) -> None:
+    """Start a worker consuming one pool's queues."""
+    import os
+
+    from ..backends.celery.pools import POOLS
+    from ..backends.celery.settings import FarmSettings
+    from ..backends.celery.tasks import worker_app
+
+    if not broker:
+        raise EvalfarmError("a worker needs a broker: pass --broker redis://HOST:6379/0 "
+                            "or set EVALFARM_BROKER_URL")
+    spec = POOLS[pool]
+    limit = float(os.environ.get("EVALFARM_TASK_TIME_LIMIT") or spec.soft_time_limit)
+    settings = FarmSettings.from_env(broker_url=broker, time_limit_s=limit)
+    app = worker_app(settings, pool=spec)
+    app.worker_main(["worker", "-Q", ",".join(spec.queues), "-P", "threads",
+                     "-c", str(concurrency or spec.concurrency), "--loglevel", loglevel,
+                     "-n", f"{pool}-%i@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"])
+
+
+@click.command()
+@click.argument("run_id", required=False)
+@broker_option
+@click.option("--json", "as_json", is_flag=True)
+def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
+    """Where a run stands (done, errors, judge backlog, duplicates, spend), or the recent runs."""
+    backend = farm(broker)
+    if run_id is None:
+        runs = backend.runs()
+        if as_json:
+            click.echo(json.dumps(runs, indent=2))
+        for r in runs if not as_json else []:
+            click.echo(f"{r['run_id']}\t{r['state']}\t{r['done']}/{r['total']}\t{r['spec']}\t{r['started_at']}")
+        return
+    meta = backend.meta(run_id)
+    p = backend.progress(run_id)
+    queued = backend.in_broker(run_id)
+    info = {"run_id": run_id, "spec": meta["spec"]["name"], "state": meta.get("state"), "total": p.total,
+            "done": p.done, "errors": p.errors, "pending_judge": p.pending_judge,
+            "in_broker": len(queued), "missing": p.total - p.done - p.pending_judge - len(queued),
+            "executed": p.executed, "duplicate_executions": max(0, p.executed - p.done),
+            "cost_usd": round(p.cost_usd, 6), "per_adapter": {a: {"done": d, "errors": e}
+                                                                for a, (d, e) in p.per_adapter.items()},
+            "started_at": meta.get("started_at"), "finished_at": meta.get("finished_at"),
+            "report_ready": bool(backend.store.report_size(run_id)), "resumed": meta.get("resumed", 0)}
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    pct = 100.0 * p.done / p.total if p.total else 100.0
+    click.echo(f"run {run_id} ({info['spec']}): {info['state']}, {p.done}/{p.total} done ({pct:.1f}%), "
+               f"{p.errors} errored, {p.pending_judge} awaiting the judge, {len(queued)} queued or in flight, "
+               f"{max(0, info['missing'])} missing")
+    for a, d in info["per_adapter"].items():
+        click.echo(f"  {a}: {d['done']} done, {d['errors']} errored")
+    click.echo(f"  spend ${p.cost_usd:.6f}; executions {p.executed} ({info['duplicate_executions']} duplicates, "
+               f"counted once); report {'ready' if info['report_ready'] else 'not yet'}")
+    if info["missing"] > 0 and info["state"] not in ("done",):
+        click.echo(f"  'evalfarm resume {run_id}' dispatches the {info['missing']} missing items")
+
+
+@click.command()
+@click.argument("run_id")
+@broker_option
+@report_options
+def wait(run_id: str, broker: str | None, state_dir: Path, no_save: bool, output: Path | None,
+         timeout_s: float | None, as_json: bool) -> None:
+    """Attach to a run: live progress until its report exists, then save and print it."""
+    backend = farm(broker)
+    backend.meta(run_id)
+    attach(backend, run_id, state_dir, no_save, as_json, output, timeout_s)
+
+
+@click.command()
+@click.argument("run_id")
+@broker_option
+def cancel(run_id: str, broker: str | None) -> None:
+    """Stop a run: workers skip its remaining batches; `resume` continues it later."""
+    backend = farm(broker)
+    backend.cancel(run_id)
+    p = backend.progress(run_id)
+    click.echo(f"cancelled {run_id} at {p.done}/{p.total} items")
+
+
+@click.command()
+@click.argument("run_id")
+@broker_option
+@report_options
+@click.option("--detach", is_flag=True, help="Dispatch and return; 'evalfarm wait RUN' attaches later.")
+def resume(run_id: str, broker: str | None, state_dir: Path, no_save: bool, output: Path | None, detach: bool,
+           timeout_s: float | None, as_json: bool) -> None:
+    """Re-dispatch only a run's missing items (not done, not awaiting the judge, not in the broker),
+    then wait for its report."""
+    backend = farm(broker)
+    what = backend.resume(run_id)
+    click.echo(f"resumed {run_id}: dispatched {what['dispatched']} missing items"
+               f"{', ' + str(what['judge']) + ' to the judge' if what['judge'] else ''}; "
+               f"{what.get('already_done', 0)} already done, {what.get('in_broker', 0)} still in the broker",
+               err=True)
+    if detach:
+        click.echo(run_id)
+        return
+    attach(backend, run_id, state_dir, no_save, as_json, output, timeout_s)

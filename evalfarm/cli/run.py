@@ -1,0 +1,136 @@
+"""``evalfarm run``: validate, check every output before spending, run on a backend, deliver."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import EvalfarmError, UsageError
+from .options import ci_run_options, state_dir_option
+
+
+@click.command()
+@click.argument("spec_path", metavar="[SPEC]", type=click.Path(path_type=Path), required=False)
+@click.option("--dataset", "datasets", multiple=True, type=click.Path(path_type=Path),
+              help="Case YAML file(s) or folder(s) to run instead of a SPEC (repeatable).")
+@click.option("--model", help="With --dataset: the model under test (OpenAI-compatible).")
+@click.option("--base-url", help="OpenAI-compatible endpoint; wins over EVAL_BASE_URL and the spec.")
+@click.option("--judge-model", help="With --dataset: the judge's model (default: --model).")
+@click.option("--judge-base-url", help="The judge's endpoint (default: EVAL_JUDGE_BASE_URL, then the base URL).")
+@click.option("--tag", "tags", multiple=True, help="Only cases carrying this tag (repeatable).")
+@click.option("--case", "cases", multiple=True, help="Only this case id (repeatable).")
+@click.option("--concurrency", type=click.IntRange(1, 4096),
+              help="Calls in flight at most, in either backend [default: 64 in this process; the workers' "
+                   "EVALFARM_MAX_IN_FLIGHT on the farm].")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the report JSON here.")
+@click.option("--no-save", is_flag=True, help="Do not persist the run under the state dir.")
+@state_dir_option
+@click.option("--trials", type=click.IntRange(1, 1000), help="Trials per (prompt, adapter); overrides the spec.")
+@click.option("--broker", envvar="EVALFARM_BROKER_URL", metavar="URL",
+              help="redis://... to dispatch to workers; default: in this process, no server.")
+@click.option("--batch-size", type=click.IntRange(1, 10000), help="Farm: items per task (default: by run size).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True),
+              help="Farm: give up waiting after this many seconds (the run goes on).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
+@click.option("--detach", is_flag=True, help="Farm: print the run id and return; 'evalfarm wait RUN' attaches later.")
+@click.option("--cache", "use_cache", is_flag=True,
+              help="Reuse provider responses for identical requests (same model, messages, params, trial).")
+@ci_run_options
+def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, base_url: str | None,
+        judge_model: str | None, judge_base_url: str | None, tags: tuple[str, ...], cases: tuple[str, ...],
+        concurrency: int | None, output: Path | None, no_save: bool, state_dir: Path, trials: int | None,
+        broker: str | None, batch_size: int | None, timeout_s: float | None, as_json: bool, detach: bool,
+        use_cache: bool, **ci) -> None:
+    """Validate SPEC (or --dataset cases with --model), run every item, aggregate, apply thresholds."""
+    from ..ci.artifacts import check_state_dir, check_writable
+    from ..ci.registry import Registry, check_prompt_unchanged
+    from ..orchestrator import Orchestrator
+    from ..spec.binding import bind_environment
+    from ..spec.load import open_spec, spec_from_cases
+    from ..spec.prompts import dataset_hash, version_for
+    from .console import LiveProgress
+    from .deliver import finish
+    from .farm import still_running
+
+    if (spec_path is None) == (not datasets):
+        raise EvalfarmError("give a SPEC file or --dataset CASES (with --model), not both and not neither")
+    if spec_path is not None:
+        if model or judge_model:
+            raise EvalfarmError("--model/--judge-model go with --dataset; a SPEC names its adapters and judge")
+        spec_file = open_spec(spec_path)
+    else:
+        if not model:
+            raise EvalfarmError("--dataset needs --model (the model under test)")
+        spec_file = spec_from_cases(list(datasets), model=model, judge_model=judge_model)
+    spec = bind_environment(spec_file.spec, base_url=base_url, judge_base_url=judge_base_url)
+    source = spec_file.source.select(tags, cases)
+    version = version_for(spec.prompt, ci.get("prompt_version"), spec_file.base_dir, spec_path=spec_file.path)
+    if version is not None:
+        check_prompt_unchanged(state_dir, version)  # a changed version stops here, before anything is sent
+    source = source.with_version(version)
+
+    # every file this run will write, and every flag combination, is checked now, before anything is spent
+    for flag, path in (("--output", output), ("--junit", ci.get("junit")), ("--pr-summary", ci.get("pr_summary"))):
+        if path is not None:
+            check_writable(Path(path), flag)
+    if ci.get("promote") and no_save:
+        raise UsageError("--promote needs the run saved under the state dir; drop --no-save")
+    if not no_save:
+        check_state_dir(state_dir)
+        if (state_dir / "registry.db").exists():
+            Registry(state_dir).runs(spec=spec.name)  # a corrupt registry stops the run here, not after it
+    if detach:
+        if not broker:
+            raise EvalfarmError("--detach needs a farm to run on: pass --broker redis://... (an in-process run "
+                                "lives in this process)")
+        dropped = [f for f, v in (("--output", output), ("--json", as_json), ("--gate", ci.get("gate")),
+                                  ("--promote", ci.get("promote")), ("--baseline", ci.get("baseline")),
+                                  ("--junit", ci.get("junit")), ("--pr-summary", ci.get("pr_summary"))) if v]
+        if dropped:
+            raise EvalfarmError(f"--detach returns before the report exists, so {', '.join(dropped)} cannot "
+                                "apply; drop them, then 'evalfarm wait RUN' and 'evalfarm gate RUN' later")
+    if broker is None and (batch_size or timeout_s):
+        flag = "--batch-size" if batch_size else "--timeout"
+        raise UsageError(f"{flag} applies to a farm run (--broker); an in-process run has no batches and "
+                         "stops with Ctrl-C")
+
+    options: dict = {"cache": use_cache, "state_dir": str(state_dir.resolve())}
+    cache = None
+    if broker is None:
+        from ..backends.inprocess import InProcessBackend
+        from ..envvars import env_int
+
+        env_int("EVALFARM_BATCH_SIZE", None, 1, 10000)  # a bad value is refused in every backend
+        backend = InProcessBackend(concurrency or env_int("EVALFARM_MAX_IN_FLIGHT", 64, 1, 100000))
+        if use_cache:
+            from ..engine.cache import SqliteCache
+
+            cache = SqliteCache(state_dir / "cache.sqlite")
+    else:
+        from ..backends.celery.coordinator import CeleryBackend
+        from ..backends.celery.settings import FarmSettings
+
+        overrides: dict = {"batch_size": batch_size} if batch_size else {}
+        backend = CeleryBackend(FarmSettings.from_env(broker_url=broker, **overrides))
+        if concurrency:
+            options["max_in_flight"] = concurrency
+    orchestrator = Orchestrator(backend)
+    with LiveProgress(enabled=False if as_json or detach else None) as bar:
+        plan = orchestrator.submit(spec, source, trials=trials, options=options, where=spec_file.where,
+                                   cache=cache, on_progress=bar.update)
+        if detach:
+            click.echo(plan.run_id)
+            return
+        try:
+            orchestrator.wait(plan.run_id, bar.update, timeout_s)
+        except KeyboardInterrupt:
+            still_running(plan.run_id)
+    prompt_info = {"dataset_hash": dataset_hash(source.selected()) if not no_save else None,
+                   "prompt": version.info() if version is not None else None}
+    code = finish(backend.store, plan.run_id, state_dir, no_save, as_json, output, spec.thresholds, prompt_info, ci)
+    if getattr(backend, "stopped", None) == "interrupted":
+        click.echo("evalfarm: interrupted: the calls in flight were cancelled and nothing more was sent; the items "
+                   "that finished are in the partial report above (diff and gate refuse it)", err=True)
+    sys.exit(code)

@@ -1,0 +1,108 @@
+"""Deterministic checks: free, fast, no judgement. Anything decidable without a judge
+belongs here rather than in the rubric."""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ..spec.models import FORMAT_CHECKS, PromptSpec
+
+_MISSING = object()
+
+
+def _short(text: str, limit: int = 60) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def golden_check(prompt: PromptSpec, output: str) -> tuple[bool, str]:
+    """The seed's golden check: every expected substring present and the regex (if any)
+    matches via re.search. The reason names the first miss; no assertions passes."""
+    for needle in prompt.expected_output_contains:
+        if needle not in output:
+            return False, f"missing expected substring {_short(needle)!r}"
+    if prompt.expected_output_regex is not None and not re.search(prompt.expected_output_regex, output):
+        return False, f"regex {_short(prompt.expected_output_regex)!r} did not match"
+    if not prompt.expected_output_contains and prompt.expected_output_regex is None:
+        return True, "no assertions"
+    return True, "all assertions passed"
+
+
+def parse_json_object(output: str) -> dict[str, Any] | None:
+    """The output as one JSON object (code fences allowed), else None."""
+    text = output.strip()
+    fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, re.S)
+    if fenced:
+        text = fenced.group(1)
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _field(obj: dict[str, Any] | None, path: str) -> Any:
+    cur: Any = obj
+    for part in path.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return _MISSING
+        cur = cur[part]
+    return cur
+
+
+def run_check(check: Any, output: str) -> tuple[bool, str]:
+    kind = check.kind
+    if kind == "json":
+        return (True, "parseable JSON object") if parse_json_object(output) is not None \
+            else (False, "output is not a single parseable JSON object")
+    if kind == "one_of":
+        obj = parse_json_object(output)
+        if obj is None:
+            return False, f"one_of {check.field}: output is not a JSON object"
+        value = _field(obj, check.field)
+        if value is _MISSING:
+            return False, f"one_of: field {check.field!r} is missing"
+        return (True, f"{check.field}={value!r}") if value in check.values else \
+            (False, f"{check.field}={_short(repr(value))} is not one of {check.values}")
+    if kind == "contains":
+        return (True, "contains") if check.value in output else (False, f"missing {_short(check.value)!r}")
+    if kind == "not_contains":
+        return (False, f"contains forbidden {_short(check.value)!r}") if check.value in output else (True, "absent")
+    if kind == "regex":
+        return (True, "regex matched") if re.search(check.pattern, output) else \
+            (False, f"regex {_short(check.pattern)!r} did not match")
+    if kind == "equals":
+        if check.field:
+            value = _field(parse_json_object(output), check.field)
+            if value is _MISSING:
+                return False, f"equals: field {check.field!r} is missing"
+        else:
+            value = output.strip()
+        return (True, "equal") if value == check.value else \
+            (False, f"expected {_short(repr(check.value))}, got {_short(repr(value))}")
+    if kind == "json_schema":
+        import jsonschema
+
+        obj = parse_json_object(output)
+        if obj is None:
+            return False, "json_schema: output is not a JSON object"
+        errors = sorted(jsonschema.validators.validator_for(check.schema_)(check.schema_).iter_errors(obj),
+                        key=lambda e: list(e.path))
+        if errors:
+            where = "/".join(str(p) for p in errors[0].path) or "(root)"
+            return False, f"json_schema: {where}: {_short(errors[0].message, 120)}"
+        return True, "matches schema"
+    if kind == "max_chars":
+        return (True, f"{len(output)} chars") if len(output) <= check.value else \
+            (False, f"{len(output)} chars > max {check.value}")
+    raise ValueError(f"unknown check kind {kind!r}")
+
+
+def run_checks(prompt: PromptSpec, output: str) -> list[dict[str, Any]]:
+    """Every check's verdict, in order: ``{"kind", "passed", "reason", "format"}``."""
+    out = []
+    for check in prompt.checks:
+        ok, why = run_check(check, output)
+        out.append({"kind": check.kind, "passed": ok, "reason": why, "format": check.kind in FORMAT_CHECKS})
+    return out

@@ -1,0 +1,69 @@
+"""Spec -> work items with stable content keys.
+
+An item's key hashes everything that determines its result (prompt, adapter
+config, trial index, judge config): same key = same work, so a redelivered task
+overwrites its result instead of adding one.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+from ..canonical import canonical_json, sha256_hex
+from ..spec.models import EvalSpec, PromptSpec
+
+
+@dataclass(frozen=True)
+class Item:
+    key: str
+    prompt: PromptSpec
+    adapter: str
+    trial: int
+    prompt_json: str | None = field(default=None, compare=False, repr=False)
+
+    def to_json(self) -> str:
+        # the canonical JSON of {"adapter", "key", "prompt", "trial"}, with the prompt's JSON made once
+        pj = self.prompt_json or prompt_json(self.prompt)
+        return (f'{{"adapter":{canonical_json(self.adapter)},"key":{canonical_json(self.key)},'
+                f'"prompt":{pj},"trial":{self.trial}}}')
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Item":
+        return cls(key=data["key"], prompt=PromptSpec.model_validate(data["prompt"]),
+                   adapter=data["adapter"], trial=data["trial"])
+
+
+def prompt_json(prompt: PromptSpec) -> str:
+    return canonical_json(prompt.model_dump(mode="json"))
+
+
+def iter_items(spec: EvalSpec, prompts: Iterable[PromptSpec], adapter_configs: dict[str, dict[str, Any]],
+               judge_config: dict[str, Any] | None, trials: int | None = None,
+               on_prompt: Callable[[str], None] | None = None) -> Iterator[Item]:
+    """Items in a stable order: prompt, then adapter, then trial (one pass over the prompts).
+    ``on_prompt`` sees each prompt's canonical JSON once (the spec hash streams from it)."""
+    n_trials = trials or spec.trials
+    adapters = [(a, canonical_json(adapter_configs[a])) for a in spec.adapter_ids]
+    judge = canonical_json(judge_config)
+    for prompt in prompts:
+        pj = prompt_json(prompt)
+        if on_prompt is not None:
+            on_prompt(pj)
+        for adapter, adapter_json in adapters:
+            for trial in range(n_trials):
+                key = sha256_hex(f'{{"adapter":{adapter_json},"judge":{judge},"prompt":{pj},"trial":{trial}}}')
+                yield Item(key, prompt, adapter, trial, pj)
+
+
+class SpecHasher:
+    """Hash of the spec without its prompt sources, then every prompt's canonical JSON, streamed."""
+
+    def __init__(self, spec: EvalSpec) -> None:
+        self._h = hashlib.sha256(canonical_json(spec.model_dump(mode="json", exclude={"prompts", "dataset"})).encode())
+
+    def update(self, prompt_json: str) -> None:
+        self._h.update(b"\n" + prompt_json.encode())
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()

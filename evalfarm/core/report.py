@@ -1,0 +1,277 @@
+"""The run report: one shape for every backend, built in one streaming pass, and its Markdown.
+
+A report is a head (what ran, the per-adapter figures, thresholds, spend, and why it
+stopped early, if it did) followed by the outcomes in plan order, one JSON object per
+line. ``ReportBuilder`` takes the stored outcomes one at a time (as the JSON the store
+holds), aggregates them and passes their bytes through, so a 100,000-item report is
+never a list in memory; ``report_chunks`` frames the head and the outcome lines as the
+file's bytes. Both backends write reports through these functions, so their reports are
+identical but for timings.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+from ..spec.models import EvalSpec
+from .aggregate import Aggregator, nothing_measured, run_cost, threshold_failures
+from .verdict import exit_code, item_passed, run_verdict
+
+SCHEMA = "evalfarm.report/1"
+# Fields that depend on when and how a run happened, not on what it measured.
+VOLATILE = ("run_id", "mode", "started_at", "finished_at", "duration_s")
+VOLATILE_FIGURES = ("latency_ms_p50", "latency_ms_p95")
+VOLATILE_OUTCOME = ("latency_ms",)
+OUTCOMES_OPEN = ',\n  "outcomes": ['
+OUTCOMES_CLOSE = b"\n  ]\n}\n"
+FAILED_SAMPLE = 50  # failed items the Markdown lists
+
+
+@dataclass
+class RunReport:
+    """The report as a Python object (the Python API); ``to_dict`` is the JSON file's content."""
+
+    run_id: str
+    spec_name: str
+    lineage_tag: str
+    spec_hash: str
+    mode: str
+    trials: int
+    adapters: list[str]
+    judge: dict[str, Any] | None
+    thresholds: dict[str, Any]
+    per_adapter: dict[str, dict[str, Any]]
+    threshold_failures: list[str]
+    thresholds_passed: bool
+    nothing_measured: bool
+    cost: dict[str, Any] = field(default_factory=dict)
+    started_at: str = ""
+    finished_at: str = ""
+    duration_s: float = 0.0
+    items_planned: int = 0
+    items_done: int = 0
+    stopped: str | None = None  # "interrupted" (Ctrl-C), "budget", "cancelled": a partial report
+    schema: str = SCHEMA
+    outcomes: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunReport":
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.to_dict())
+
+
+class ReportBuilder:
+    """One pass over a run's stored outcomes (JSON text, plan order): figures, the failed items
+    the Markdown lists, and the outcome lines of the report file."""
+
+    def __init__(self, spec: EvalSpec, trials: int) -> None:
+        self.spec, self.trials = spec, trials
+        self.agg = Aggregator(spec.adapter_ids, trials, spec.judge.weight if spec.judge else None)
+        self.failed: list[dict[str, Any]] = []
+        self.count = 0
+
+    def add(self, raw: str) -> str:
+        """Aggregate one stored outcome; returns its line in the report file."""
+        o = json.loads(raw)
+        self.agg.add(o)
+        if len(self.failed) < FAILED_SAMPLE and (o.get("error") or item_passed(o) is False):
+            self.failed.append(o)
+        self.count += 1
+        return raw
+
+    def head(self, **run: Any) -> dict[str, Any]:
+        """The report without its outcomes. ``run``: run_id, spec_hash, mode, started_at,
+        finished_at, duration_s, items_planned and stopped."""
+        per_adapter = self.agg.figures()
+        failures = threshold_failures(per_adapter, self.spec.thresholds)
+        empty = nothing_measured(per_adapter)
+        spec = self.spec
+        return {
+            "schema": SCHEMA, "run_id": run["run_id"], "spec_name": spec.name, "lineage_tag": spec.tag,
+            "spec_hash": run["spec_hash"], "mode": run["mode"], "trials": self.trials, "adapters": spec.adapter_ids,
+            "judge": spec.judge.model_dump() if spec.judge else None, "thresholds": spec.thresholds.model_dump(),
+            "per_adapter": per_adapter, "threshold_failures": failures,
+            "thresholds_passed": not failures and not empty and not run.get("stopped"), "nothing_measured": empty,
+            "cost": run_cost(per_adapter), "started_at": run["started_at"], "finished_at": run["finished_at"],
+            "duration_s": round(run["duration_s"], 3), "items_planned": run["items_planned"],
+            "items_done": self.count, "stopped": run.get("stopped"),
+        }
+
+
+def head_bytes(head: dict[str, Any]) -> bytes:
+    """The file's bytes up to the first outcome: the head, pretty-printed, and the list's opening."""
+    text = json.dumps(head, indent=2, ensure_ascii=False)
+    return (text[:-2] + OUTCOMES_OPEN).encode("utf-8")
+
+
+def outcome_lines(lines: Iterable[str], first: bool) -> bytes:
+    """Outcome lines as they follow each other in the file (``first``: nothing precedes them)."""
+    sep = ",\n    "
+    body = sep.join(lines)
+    return (("\n    " if first else sep) + body).encode("utf-8") if body else b""
+
+
+def report_chunks(head: dict[str, Any], lines: Iterable[str]) -> Iterator[bytes]:
+    """A whole report file from a head and outcome lines (the Python API and tests)."""
+    yield head_bytes(head)
+    yield outcome_lines(list(lines), True)
+    yield OUTCOMES_CLOSE
+
+
+def report_bytes(report: RunReport | dict[str, Any]) -> bytes:
+    data = report.to_dict() if isinstance(report, RunReport) else dict(report)
+    outcomes = data.pop("outcomes", None) or []
+    return b"".join(report_chunks(data, (json.dumps(o, ensure_ascii=False) for o in outcomes)))
+
+
+def build_report(*, run_id: str, spec: EvalSpec, spec_hash: str, mode: str, trials: int,
+                 outcomes: Iterable[dict[str, Any]], started_at: str, finished_at: str,
+                 duration_s: float, items_planned: int | None = None, stopped: str | None = None) -> RunReport:
+    """A report from outcome dicts in memory (tests, small tools): the same builder as the backends."""
+    builder = ReportBuilder(spec, trials)
+    kept = [json.loads(builder.add(json.dumps(o))) for o in outcomes]
+    head = builder.head(run_id=run_id, spec_hash=spec_hash, mode=mode, started_at=started_at,
+                        finished_at=finished_at, duration_s=duration_s,
+                        items_planned=len(kept) if items_planned is None else items_planned, stopped=stopped)
+    return RunReport.from_dict({**head, "outcomes": kept})
+
+
+def stable_view(report: dict[str, Any]) -> dict[str, Any]:
+    """The report without timing and run identity: equal for equal work in any backend."""
+    out = {k: v for k, v in report.items() if k not in VOLATILE}
+    out["per_adapter"] = {a: {k: v for k, v in f.items() if k not in VOLATILE_FIGURES}
+                          for a, f in report["per_adapter"].items()}
+    out["outcomes"] = [{k: v for k, v in o.items() if k not in VOLATILE_OUTCOME} for o in report.get("outcomes", [])]
+    return out
+
+
+# -- checking a stored report (untrusted input) ------------------------------------------------------
+
+_OUTCOME_TYPES = {"adapter": (str, "a string"), "prompt_id": (str, "a string"), "trial": (int, "an integer >= 0")}
+_OPTIONAL_TYPES = {"error": (dict, "null or an object"), "passed": (bool, "true, false or null"),
+                   "golden_passed": (bool, "true, false or null"), "output": (str, "a string or null"),
+                   "failure_mode": (str, "a string or null"), "checks": (list, "a list or null"),
+                   "judge_criteria": (list, "a list or null")}
+_JSON_NAMES = {str: "a string", int: "a number", float: "a number", bool: "true/false", list: "a list",
+               dict: "an object", type(None): "null"}
+
+
+def _got(value: Any) -> str:
+    return _JSON_NAMES.get(type(value), type(value).__name__)
+
+
+def report_problem(data: Any) -> str | None:
+    """What makes ``data`` unusable as a report (readers would crash on it), else None."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    if data.get("schema") != SCHEMA:
+        return f"schema is {str(data.get('schema'))[:40]!r}, expected {SCHEMA!r}"
+    if not isinstance(data.get("run_id"), str):
+        return "no run_id"
+    per = data.get("per_adapter")
+    if not isinstance(per, dict) or not all(isinstance(f, dict) for f in per.values()):
+        return "per_adapter is not a mapping of adapter figures"
+    for adapter, f in per.items():
+        for key in ("items", "measured", "errors"):
+            if not isinstance(f.get(key), int) or isinstance(f.get(key), bool):
+                return f"per_adapter.{adapter}.{key} is not a whole number"
+        for key in ("overall", "golden_pass_rate", "pass_rate", "judge_mean"):
+            v = f.get(key)
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
+                return f"per_adapter.{adapter}.{key} is not a number"
+    outcomes = data.get("outcomes")
+    if not isinstance(outcomes, list):
+        return "outcomes is not a list of items"
+    for i, o in enumerate(outcomes):
+        if not isinstance(o, dict):
+            return f"outcomes[{i}] is not an object"
+        for key, (kind, want) in _OUTCOME_TYPES.items():
+            v = o.get(key)
+            if not isinstance(v, kind) or isinstance(v, bool) or (kind is int and v < 0):
+                return f"outcomes[{i}].{key}: expected {want}, got {_got(v)}"
+        for key, (kind, want) in _OPTIONAL_TYPES.items():
+            if o.get(key) is not None and not isinstance(o[key], kind):
+                return f"outcomes[{i}].{key}: expected {want}, got {_got(o[key])}"
+    for key in ("thresholds_passed", "nothing_measured"):
+        if not isinstance(data.get(key), bool):
+            return f"{key} is not true/false"
+    if data.get("stopped") is not None and not isinstance(data["stopped"], str):
+        return "stopped is not a string"
+    return None
+
+
+# -- Markdown --------------------------------------------------------------------------------------
+
+def _fmt(value: Any, pct: bool = False) -> str:
+    if value is None:
+        return "n/a"
+    if pct:
+        return f"{value * 100:.1f}%"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def _why(o: dict[str, Any]) -> str:
+    if o.get("error"):
+        return f"runtime_error {o['error'].get('class')}: {o['error'].get('message')}"
+    if not o.get("golden_passed"):
+        return f"{o.get('failure_mode') or 'failed'}: {o.get('golden_reason')}"
+    failed_c = [c["id"] for c in o.get("judge_criteria") or [] if c.get("verdict") == "fail"]
+    return f"{o.get('failure_mode') or 'failed'}: judge score {o.get('judge_score')}" + \
+        (f" (failed criteria: {', '.join(failed_c)})" if failed_c else "")
+
+
+def render_markdown(report: dict[str, Any], failed: list[dict[str, Any]] | None = None) -> str:
+    """The report as Markdown; ``failed`` are the failed items to list (default: from the outcomes)."""
+    if failed is None:
+        failed = [o for o in report.get("outcomes") or [] if o.get("error") or item_passed(o) is False]
+    lines = [f"# evalfarm run `{report['run_id']}`", "",
+             f"- spec: **{report['spec_name']}** (lineage tag `{report['lineage_tag']}`, spec hash "
+             f"`{report['spec_hash'][:12]}`)",
+             f"- mode: {report['mode']}, trials: {report['trials']}, finished: {report['finished_at']}, "
+             f"duration: {report['duration_s']} s"]
+    verdict = run_verdict(report)
+    if verdict == "NOTHING MEASURED":
+        verdict += " (every item errored)"
+    if report.get("stopped"):
+        verdict += f": {report.get('items_done')} of {report.get('items_planned')} items measured"
+    lines += [f"- result: **{verdict}**", "",
+              "| adapter | prompts | items | errors | golden pass rate | judge mean | overall | p50 ms | p95 ms "
+              "| tokens in | tokens out | cost $ | judge tokens | judge $ |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for adapter, f in report["per_adapter"].items():
+        lines.append(f"| {adapter} | {f['prompts']} | {f['items']} | {f['errors']} | "
+                     f"{_fmt(f['golden_pass_rate'], True)} | {_fmt(f['judge_mean'])} | {_fmt(f['overall'])} | "
+                     f"{_fmt(f['latency_ms_p50'])} | {_fmt(f['latency_ms_p95'])} | {f.get('tokens_in', 0)} | "
+                     f"{f.get('tokens_out', 0)} | {f.get('cost_usd') or 0:.6f} | "
+                     f"{f.get('judge_tokens_in', 0) + f.get('judge_tokens_out', 0)} | "
+                     f"{f.get('judge_cost_usd') or 0:.6f} |")
+    cost = report.get("cost") or {}
+    if cost:
+        lines.append(f"\nSpend: models ${cost['model_usd']:.6f}, judge ${cost['judge_usd']:.6f} "
+                     f"(total ${cost['total_usd']:.6f}; tokens: models {cost['model_tokens']}, "
+                     f"judge {cost['judge_tokens']})")
+    for adapter, f in report["per_adapter"].items():
+        if f.get("failure_modes"):
+            modes = ", ".join(f"{k} {v}" for k, v in f["failure_modes"].items())
+            lines.append(f"\n{adapter} failure modes: {modes}")
+    for adapter, f in report["per_adapter"].items():
+        if "pass_k" in f:
+            pk = f["pass_k"]
+            flaky = ", ".join(pk["flaky"]) or "none"
+            lines.append(f"\n{adapter}: pass^{pk['k']} = {_fmt(pk['rate'], True)}; flaky prompts: {flaky}")
+    if report["threshold_failures"]:
+        lines += ["", "## Threshold failures", ""] + [f"- {f}" for f in report["threshold_failures"]]
+    n_failed = sum(f["items"] - f["passed"] for f in report["per_adapter"].values())
+    if failed:
+        lines += ["", f"## Failed items ({n_failed})", ""]
+        lines += [f"- `{o['adapter']}` / `{o['prompt_id']}` trial {o['trial']}: {_why(o)}" for o in failed]
+        if n_failed > len(failed):
+            lines.append(f"- ... and {n_failed - len(failed)} more (see the JSON report)")
+    return "\n".join(lines) + "\n"

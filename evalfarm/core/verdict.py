@@ -1,0 +1,71 @@
+"""Verdicts, decided once: an item's pass/fail, a case's pass^k, a run's verdict, the exit code.
+
+Every reader (the report, the console, the gate, the registry, JUnit, the PR summary, diff)
+asks this module, so "passed" and "nothing measured" mean the same thing everywhere. A
+runtime error is never a quality verdict: an errored item is *unmeasured* (None), and so is
+a case (pass^k over its trials) with an errored trial and no failed one.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_MEASURED, EXIT_OK
+from .outcome import Outcome
+from .taxonomy import classify
+
+PASSED, FAILED, NOTHING, INTERRUPTED = "PASSED", "FAILED", "NOTHING MEASURED", "INTERRUPTED"
+
+
+def decide(out: Outcome, pass_score: float | None) -> Outcome:
+    """Set an item's verdict and failure mode once everything about it is known: it passes when
+    its golden checks pass and its judge score (if judged) reaches ``pass_score``."""
+    if out.error is None:
+        judged_ok = out.judge_score is None or pass_score is None or out.judge_score >= pass_score
+        out.passed = bool(out.golden_passed) and judged_ok
+    out.failure_mode = classify(out.to_dict())
+    return out
+
+
+def item_passed(outcome: dict[str, Any]) -> bool | None:
+    """A stored item's verdict: ``passed`` (older reports: ``golden_passed``); None if it errored."""
+    if outcome.get("error"):
+        return None
+    verdict = outcome.get("passed")
+    if verdict is None:
+        verdict = outcome.get("golden_passed")
+    return None if verdict is None else bool(verdict)
+
+
+def case_verdict(trials: Iterable[bool | None]) -> bool | None:
+    """pass^k over a case's trials: False when any measured trial failed, None (unmeasured) when
+    none failed but one errored, True when every trial passed."""
+    errored = seen = False
+    for v in trials:
+        seen = True
+        if v is False:
+            return False
+        errored = errored or v is None
+    return None if errored or not seen else True
+
+
+def stopped(report: dict[str, Any]) -> str | None:
+    """Why a run ended before every item was measured (``interrupted``, ``budget``...), else None."""
+    value = report.get("stopped")
+    return value if isinstance(value, str) and value else None
+
+
+def run_verdict(report: dict[str, Any]) -> str:
+    if stopped(report):
+        return INTERRUPTED if report.get("stopped") == "interrupted" else f"STOPPED ({report['stopped']})"
+    if report.get("nothing_measured"):
+        return NOTHING
+    return PASSED if report.get("thresholds_passed") else FAILED
+
+
+def exit_code(report: dict[str, Any]) -> int:
+    """3 nothing measured, 1 a threshold failed, 0 passed; 130 for an interrupted run (works on a summary)."""
+    if report.get("stopped") == "interrupted":
+        return EXIT_INTERRUPTED
+    if report.get("nothing_measured"):
+        return EXIT_NOTHING_MEASURED
+    return EXIT_OK if report.get("thresholds_passed") and not stopped(report) else EXIT_FAILED

@@ -1,0 +1,126 @@
+"""Worker-side Prometheus metrics: what a worker process did, for the ops team's alerts.
+
+The engine and the worker call the functions below (the lead wires them in); ``evalfarm worker
+--metrics-port N`` calls ``start_metrics_server(N)``. Everything lives in this module's own
+registry, so importing it twice or next to other collectors never clashes. Names follow the
+Prometheus conventions: counters end in ``_total``, durations are ``_seconds``, money ``_usd``.
+
+    evalfarm_items_total{adapter,status,failure_mode}   status: passed | failed | errored
+    evalfarm_provider_latency_seconds{adapter}          histogram of adapter calls
+    evalfarm_requests_in_flight{adapter}                gauge
+    evalfarm_rate_limit_pauses_total{endpoint}          429 pauses started by this process
+    evalfarm_rate_limit_pause_seconds_total{endpoint}   seconds of pause they asked for
+    evalfarm_retries_total{adapter}                     provider retries
+    evalfarm_spend_usd_total{adapter,kind}              kind: model | judge
+    evalfarm_tokens_total{adapter,kind,direction}       direction: in | out
+    evalfarm_queue_depth{pool}                          gauge, set by whoever samples the broker
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+ITEMS = Counter("evalfarm_items", "Items finished, by adapter, status (passed, failed, errored) and failure mode",
+                ["adapter", "status", "failure_mode"], registry=REGISTRY)
+LATENCY = Histogram("evalfarm_provider_latency_seconds", "Adapter (provider) call latency", ["adapter"],
+                    buckets=LATENCY_BUCKETS, registry=REGISTRY)
+IN_FLIGHT = Gauge("evalfarm_requests_in_flight", "Adapter calls in flight in this process", ["adapter"],
+                  registry=REGISTRY)
+PAUSES = Counter("evalfarm_rate_limit_pauses", "429 pauses this process started (Retry-After honoured fleet-wide)",
+                 ["endpoint"], registry=REGISTRY)
+PAUSE_SECONDS = Counter("evalfarm_rate_limit_pause_seconds", "Seconds of 429 pause this process asked for",
+                        ["endpoint"], registry=REGISTRY)
+RETRIES = Counter("evalfarm_retries", "Provider call retries (429, 5xx, dropped connections)", ["adapter"],
+                  registry=REGISTRY)
+SPEND = Counter("evalfarm_spend_usd", "Spend in USD, models under test and the judge apart", ["adapter", "kind"],
+                registry=REGISTRY)
+TOKENS = Counter("evalfarm_tokens", "Tokens, by adapter, kind (model, judge) and direction (in, out)",
+                 ["adapter", "kind", "direction"], registry=REGISTRY)
+QUEUE_DEPTH = Gauge("evalfarm_queue_depth", "Messages waiting in a pool's queue", ["pool"], registry=REGISTRY)
+
+
+def _label(value: Any, limit: int = 120) -> str:
+    return (value if isinstance(value, str) else str(value))[:limit]
+
+
+def _money(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return 0.0
+    return float(value)
+
+
+def _tokens(value: Any) -> int:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def status_of(outcome: dict[str, Any]) -> str:
+    """errored (nothing measured), passed or failed: the item's verdict, as the report counts it."""
+    if outcome.get("error"):
+        return "errored"
+    verdict = outcome.get("passed")
+    if verdict is None:
+        verdict = outcome.get("golden_passed")
+    return "passed" if verdict else "failed"
+
+
+def record_outcome(outcome: dict[str, Any]) -> None:
+    """Count one finished item (an ``Outcome.to_dict()``): its status, failure mode, spend, tokens.
+    Call it once per item, where the item is recorded in the run store."""
+    adapter = _label(outcome.get("adapter", "?"))
+    status = status_of(outcome)
+    mode = outcome.get("failure_mode") or ("none" if status == "passed" else "unclassified")
+    ITEMS.labels(adapter, status, _label(mode, 40)).inc()
+    for kind, cost, t_in, t_out in (("model", "cost_usd", "input_tokens", "output_tokens"),
+                                    ("judge", "judge_cost_usd", "judge_input_tokens", "judge_output_tokens")):
+        usd = _money(outcome.get(cost))
+        if usd:
+            SPEND.labels(adapter, kind).inc(usd)
+        for direction, field in (("in", t_in), ("out", t_out)):
+            n = _tokens(outcome.get(field))
+            if n:
+                TOKENS.labels(adapter, kind, direction).inc(n)
+
+
+def observe_call(adapter: str, seconds: float) -> None:
+    """One adapter call's latency (the engine times ``adapter.complete``)."""
+    if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0:
+        LATENCY.labels(_label(adapter)).observe(seconds)
+
+
+@contextlib.contextmanager
+def in_flight(adapter: str) -> Iterator[None]:
+    """``with in_flight(adapter): await adapter.complete(...)``: the gauge counts calls under way."""
+    gauge = IN_FLIGHT.labels(_label(adapter))
+    gauge.inc()
+    try:
+        yield
+    finally:
+        gauge.dec()
+
+
+def record_pause(endpoint: str, seconds: float) -> None:
+    """A 429 made this process pause ``endpoint`` (fleet-wide) for ``seconds``."""
+    PAUSES.labels(_label(endpoint)).inc()
+    if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
+        PAUSE_SECONDS.labels(_label(endpoint)).inc(seconds)
+
+
+def record_retry(adapter: str, n: int = 1) -> None:
+    if n > 0:
+        RETRIES.labels(_label(adapter)).inc(n)
+
+
+def set_queue_depth(pool: str, depth: int) -> None:
+    QUEUE_DEPTH.labels(_label(pool, 40)).set(max(0, int(depth)))
+
+
+def start_metrics_server(port: int, addr: str = "0.0.0.0"):
+    """Serve /metrics on ``addr:port`` in a daemon thread (``evalfarm worker --metrics-port N``).
+    All interfaces by default: Prometheus scrapes a pod by its IP. Returns (server, thread)."""
+    return start_http_server(port, addr=addr, registry=REGISTRY)

@@ -1,0 +1,144 @@
+"""Untrusted input, made safe to show: names used in paths, values of the wrong type.
+
+Reports, artifacts and Redis values are read from disk or the network and may be
+hand-edited or corrupt. Every value the pages show passes through one of these
+coercions, so one bad field renders as "n/a" instead of a 500, and no name taken
+from a URL or a file ever reaches the filesystem unchecked.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+# run ids are "<UTC timestamp>-<hex>" today; allow a little more, never a path separator or "..".
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_NAME = re.compile(r"[^\x00-\x1f/\\]{1,200}")
+
+
+class BadRef(ValueError):
+    """A run id, artifact name or baseline name that is malformed or unknown (HTTP 400/404)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def run_id(value: Any) -> str:
+    """A run id fit to become ``runs/<id>.json``: no separators, no "..", no leading dot."""
+    if not isinstance(value, str) or not _RUN_ID.fullmatch(value) or ".." in value:
+        raise BadRef(f"not a run id: {text(value, 80)!r}")
+    return value
+
+
+def is_run_id(value: Any) -> bool:
+    try:
+        run_id(value)
+        return True
+    except BadRef:
+        return False
+
+
+def sha256_name(value: Any) -> str:
+    if not isinstance(value, str) or not _SHA256.fullmatch(value):
+        raise BadRef(f"not an artifact address (64 lowercase hex digits): {text(value, 80)!r}")
+    return value
+
+
+def name(value: Any, what: str = "name") -> str:
+    """A baseline name or similar label: printable, no path separators."""
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise BadRef(f"not a valid {what}: {text(value, 80)!r}")
+    return value
+
+
+def num(value: Any) -> float | None:
+    """A finite number or None (bools are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def count(value: Any) -> int:
+    """A non-negative whole number; anything else counts 0."""
+    v = num(value)
+    return int(v) if v is not None and v >= 0 else 0
+
+
+def flag(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def text(value: Any, limit: int | None = None) -> str:
+    """Any value as display text (a dict or list as JSON); ``limit`` caps the length."""
+    if value is None:
+        out = ""
+    elif isinstance(value, str):
+        out = value
+    else:
+        try:
+            out = json.dumps(value, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            out = repr(value)
+    if limit is not None and len(out) > limit:
+        out = out[:limit]
+    return out
+
+
+def opt_text(value: Any, limit: int | None = None) -> str | None:
+    return None if value is None else text(value, limit)
+
+
+def mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def seq(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def str_list(value: Any) -> list[str]:
+    return [text(v, 200) for v in seq(value)]
+
+
+def int_map(value: Any) -> dict[str, int]:
+    """{name: count} with every key a string and every count a whole number."""
+    return {text(k, 200): count(v) for k, v in mapping(value).items()}
+
+
+# --- fast report summaries ---------------------------------------------------------------------------
+# evalfarm writes reports with json.dumps(indent=2) in RunReport field order: the summary fields,
+# then "outcomes" (the bulk), then "cost", times and schema. At indent 2 only top-level keys start
+# a line with exactly two spaces and a quote, so the summary is the head before the outcomes plus the
+# tail from "cost": a 10,000-case report lists without parsing 10,000 outcomes. Anything else
+# (another layout, a hand-edited file) falls back to a full parse.
+_OUTCOMES_KEY = b'\n  "outcomes": '
+HEAD_LIMIT = 32 << 20
+
+
+def read_summary_fast(path, size: int) -> dict[str, Any] | None:
+    """The report without its outcomes (its head: everything before ``"outcomes": [``), or None when
+    the layout is not the one evalfarm writes (then the caller parses the whole file)."""
+    with open(path, "rb") as fh:
+        head = b""
+        found = -1
+        while found < 0 and len(head) < HEAD_LIMIT:
+            chunk = fh.read(1 << 16)
+            if not chunk:
+                break
+            start = max(0, len(head) - len(_OUTCOMES_KEY))
+            head += chunk
+            found = head.find(_OUTCOMES_KEY, start)
+    if found < 0:
+        return None
+    body = head[:found].rstrip()
+    if body.endswith(b","):
+        body = body[:-1]
+    try:
+        data = json.loads(body + b"\n}")
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None

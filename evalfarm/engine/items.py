@@ -1,0 +1,145 @@
+"""The item engine: call the adapter (or the cache), run the checks, judge, decide. No backend.
+
+``Engine`` holds a run's adapters, judge and response cache. Both backends drive it:
+the in-process backend runs ``engine.run(item)`` for every item under one cap on calls in
+flight; the farm runs ``call`` on the provider queue and ``judge`` on the judge queue.
+A provider or judge failure becomes the item's runtime error, never a quality verdict;
+an ``InfrastructureError`` (the run store, the broker, a fleet limiter) is not an answer
+from the provider, so it propagates: the item stays unfinished and is redelivered.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Awaitable, Callable, Iterable, TypeVar
+
+from ..core.checks import golden_check, run_checks
+from ..core.outcome import Outcome
+from ..core.plan import Item
+from ..core.verdict import decide
+from ..errors import InfrastructureError
+from ..redact import redact
+from .adapters import Adapter, Completion
+from .cache import ResponseCache, request_key
+from .judges import Judge, clamp01
+
+T = TypeVar("T")
+
+
+class DeadlineExceeded(Exception):
+    """The task's time limit passed before this item finished: a runtime error, never quality."""
+
+
+def error_of(exc: BaseException, stage: str) -> dict[str, Any]:
+    """What a runtime error records: class, stage, message (secrets redacted, then cut), status, attempts."""
+    return {"class": type(exc).__name__, "stage": stage, "message": redact(str(exc))[:500],
+            "status": getattr(exc, "status", None), "attempts": getattr(exc, "attempts", None)}
+
+
+class Engine:
+    """A run's adapters (by adapter id), its judge and the judge's pass score, and a response cache."""
+
+    def __init__(self, adapters: dict[str, Adapter], judge: Judge | None = None, pass_score: float | None = None,
+                 cache: ResponseCache | None = None) -> None:
+        self.adapters, self.judge_, self.pass_score, self.cache = adapters, judge, pass_score, cache
+
+    @property
+    def judged(self) -> bool:
+        return self.judge_ is not None
+
+    async def _complete(self, item: Item, adapter: Adapter) -> tuple[Completion, bool]:
+        if self.cache is None:
+            return await adapter.complete(item.prompt, item.trial), False
+        key = request_key(adapter.config(), item.prompt, item.trial)
+        hit = await self.cache.get(key)
+        if hit is not None:
+            return Completion(text=hit["text"], finish_reason=hit["finish_reason"], input_tokens=hit["input_tokens"],
+                              output_tokens=hit["output_tokens"], cost_usd=0.0, meta={"attempts": 0}), True
+        completion = await adapter.complete(item.prompt, item.trial)
+        await self.cache.put(key, {"text": completion.text, "finish_reason": completion.finish_reason,
+                                   "input_tokens": completion.input_tokens, "output_tokens": completion.output_tokens,
+                                   "cost_usd": completion.cost_usd})
+        return completion, False
+
+    async def call(self, item: Item) -> Outcome:
+        """Stage 1: call the adapter (or the cache) and run the deterministic checks."""
+        out = Outcome(key=item.key, prompt_id=item.prompt.id, adapter=item.adapter, trial=item.trial)
+        started = time.perf_counter()
+        try:
+            completion, out.cached = await self._complete(item, self.adapters[item.adapter])
+        except InfrastructureError:
+            raise
+        except Exception as exc:  # a provider failure is a runtime error, never a quality failure
+            out.error = error_of(exc, "adapter")
+            out.attempts = getattr(exc, "attempts", None)
+            return out
+        out.latency_ms = round(completion.meta.get("call_ms") or (time.perf_counter() - started) * 1000.0, 3)
+        out.output = completion.text
+        out.finish_reason = completion.finish_reason
+        out.input_tokens, out.output_tokens = completion.input_tokens, completion.output_tokens
+        out.cost_usd = completion.cost_usd
+        out.attempts = completion.meta.get("attempts")
+        out.golden_passed, out.golden_reason = golden_check(item.prompt, completion.text)
+        out.checks = run_checks(item.prompt, completion.text)
+        failed = next((c for c in out.checks if not c["passed"]), None)
+        if out.golden_passed and failed is not None:
+            out.golden_passed, out.golden_reason = False, f"check {failed['kind']}: {failed['reason']}"
+        return out
+
+    async def judge(self, item: Item, out: Outcome) -> Outcome:
+        """Stage 2: judge a measured output (on the judge queue in the farm), then the verdict."""
+        if self.judge_ is not None and out.error is None:
+            try:
+                result = await self.judge_.judge(item.prompt, out.output or "")
+            except InfrastructureError:
+                raise
+            except Exception as exc:
+                out.error = error_of(exc, "judge")
+                t_in, t_out, cost = getattr(exc, "tokens", (0, 0, 0.0))
+                out.judge_input_tokens, out.judge_output_tokens, out.judge_cost_usd = t_in, t_out, cost
+                return decide(out, self.pass_score)
+            out.judge_score = clamp01(result.score)
+            out.judge_criteria = result.criteria or None
+            out.judge_reason = result.reason or None
+            out.judge_input_tokens, out.judge_output_tokens = result.input_tokens, result.output_tokens
+            out.judge_cost_usd = result.cost_usd
+        return decide(out, self.pass_score)
+
+    async def run(self, item: Item) -> Outcome:
+        """Both stages, for the in-process backend."""
+        return await self.judge(item, await self.call(item))
+
+    def decide(self, out: Outcome) -> Outcome:
+        return decide(out, self.pass_score)
+
+    async def aclose(self) -> None:
+        """Release what the adapters and the judge hold on the running loop (pooled connections)."""
+        for part in (*self.adapters.values(), self.judge_):
+            close = getattr(part, "aclose", None)
+            if close is not None:
+                await close()
+
+
+async def within(deadline: float | None, coro: Awaitable[Outcome], item: Item, stage: str,
+                 partial: Outcome | None = None) -> Outcome:
+    """Await ``coro`` until ``deadline`` (time.monotonic); past it, the item is a runtime error.
+    Celery's thread pool ignores task time limits, so the limit is enforced here."""
+    if deadline is None:
+        return await coro
+    try:
+        return await asyncio.wait_for(coro, timeout=max(0.0, deadline - time.monotonic()))
+    except asyncio.TimeoutError:
+        out = partial or Outcome(key=item.key, prompt_id=item.prompt.id, adapter=item.adapter, trial=item.trial)
+        out.error = error_of(DeadlineExceeded("the task's time limit passed before this item finished"), stage)
+        return decide(out, None)
+
+
+async def bounded(limit: int, calls: Iterable[Callable[[], Awaitable[T]]]) -> list[T]:
+    """Await every call, at most ``limit`` at once; results in input order."""
+    sem = asyncio.Semaphore(limit)
+
+    async def one(call: Callable[[], Awaitable[T]]) -> T:
+        async with sem:
+            return await call()
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))

@@ -1,0 +1,108 @@
+"""Where adapters and judges come from: built-ins in a lazy table, plug-ins by entry point.
+
+A name maps to a factory path (``module:attribute``) imported only when that name is
+used, so this module imports no plug-in (no import cycle is possible) and a run that
+never names ``openai`` never imports httpx. Plug-ins use the ecosystem's convention,
+Python entry points in the groups ``evalfarm.adapters`` and ``evalfarm.judges`` (the A/B
+harness registers its offline adapters that way), loaded once, on the first name the
+tables do not know. ``EVALFARM_PLUGINS`` (modules calling ``register_adapter`` /
+``register_judge`` when imported) keeps working; the coordinator and every worker must
+see the same plug-ins.
+
+An adapter entry is a spec's ``adapters:`` item: an id string (its name is the part before
+``:``, as in ``mock:other``) or an ``AdapterSpec`` object (its name is ``provider``). The
+factory receives the entry itself.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any, Callable
+
+from ..spec.models import AdapterSpec, JudgeSpec
+from .adapters import Adapter
+from .judges import Judge
+
+Factory = Callable[[Any], Any]
+
+_BUILTIN_ADAPTERS: dict[str, str] = {
+    "mock": "evalfarm.engine.adapters:MockAdapter",
+    "openai": "evalfarm.providers.openai:OpenAIAdapter",
+}
+_BUILTIN_JUDGES: dict[str, str] = {
+    "mock": "evalfarm.engine.judges:MockJudge",
+    "openai": "evalfarm.providers.openai:openai_judge",
+}
+GROUPS = {"adapter": "evalfarm.adapters", "judge": "evalfarm.judges"}
+
+
+class UnknownPlugin(LookupError):
+    """No adapter or judge of that name; the message lists the known ones."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class _Table:
+    def __init__(self, kind: str, builtins: dict[str, str]) -> None:
+        self.kind, self.builtins = kind, builtins
+        self.registered: dict[str, Factory] = {}
+        self.entry_points: dict[str, Any] | None = None  # loaded once, on the first unknown name
+
+    def _entry_points(self) -> dict[str, Any]:
+        if self.entry_points is None:
+            from importlib.metadata import entry_points
+
+            self.entry_points = {ep.name: ep for ep in entry_points(group=GROUPS[self.kind])}
+        return self.entry_points
+
+    def factory(self, name: str) -> Factory:
+        if name in self.registered:
+            return self.registered[name]
+        path = self.builtins.get(name)
+        if path is not None:
+            module, _, attr = path.partition(":")
+            return getattr(importlib.import_module(module), attr)
+        ep = self._entry_points().get(name)
+        if ep is not None:
+            return ep.load()
+        raise UnknownPlugin(f"unknown {self.kind} {name!r}; available: {', '.join(self.names())}")
+
+    def names(self) -> list[str]:
+        return sorted({*self.registered, *self.builtins, *self._entry_points()})
+
+
+ADAPTERS = _Table("adapter", _BUILTIN_ADAPTERS)
+JUDGES = _Table("judge", _BUILTIN_JUDGES)
+
+
+def register_adapter(name: str, factory: Factory) -> None:
+    """Make ``name`` and ``name:<anything>`` adapter ids (and ``provider: name`` objects) use ``factory``."""
+    ADAPTERS.registered[name] = factory
+
+
+def register_judge(name: str, factory: Callable[[JudgeSpec], Judge]) -> None:
+    """Make a judge block with ``provider: name`` use ``factory``."""
+    JUDGES.registered[name] = factory
+
+
+def adapter_name(entry: "str | AdapterSpec") -> str:
+    return entry.split(":", 1)[0] if isinstance(entry, str) else entry.provider
+
+
+def resolve_adapter(entry: "str | AdapterSpec") -> Adapter:
+    """An adapter id or an AdapterSpec -> an Adapter; UnknownPlugin names what is known."""
+    if isinstance(entry, str) and entry in ADAPTERS.registered:  # a plug-in may register a full id
+        return ADAPTERS.registered[entry](entry)
+    return ADAPTERS.factory(adapter_name(entry))(entry)
+
+
+def resolve_judge(spec: JudgeSpec) -> Judge:
+    return JUDGES.factory(spec.provider)(spec)
+
+
+def load_plugins() -> None:
+    """Import the modules named in EVALFARM_PLUGINS (comma-separated): they register adapters and
+    judges. The coordinator and every worker must load the same plug-ins."""
+    for name in filter(None, (m.strip() for m in os.environ.get("EVALFARM_PLUGINS", "").split(","))):
+        importlib.import_module(name)

@@ -1,0 +1,227 @@
+"""``evalfarm import promptfoo`` and ``evalfarm export inspect|jsonl|csv``: thin click commands.
+
+Nothing is written unless the whole output is valid: an imported spec is validated with
+evalfarm's own ``load_spec`` before it is renamed into place; an export checks every field of
+the (untrusted) report before its first byte goes out.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from ._compat import (EvalfarmError, SpecError, UsageError, atomic_write, load_report, load_spec, open_spec,
+                      resolve_ref, state_dir_option, write_stream)
+
+
+# ---- import ------------------------------------------------------------------------------------
+@click.group("import")
+def import_cmd() -> None:
+    """Import another tool's eval config as an evalfarm spec."""
+
+
+def _spec_yaml(spec: dict[str, Any], source: Path) -> str:
+    header = f"# imported from {source.name} by 'evalfarm import promptfoo'\n"
+    return header + yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100)
+
+
+def _validated(text: str) -> None:
+    """Validate the spec text with evalfarm's own loader (the spec names no relative files)."""
+    with tempfile.TemporaryDirectory(prefix="evalfarm-import-") as folder:
+        path = Path(folder) / "spec.yaml"
+        path.write_text(text, encoding="utf-8")
+        try:
+            load_spec(path)
+        except SpecError as exc:
+            raise EvalfarmError(f"the imported spec does not validate ({exc.message}, field "
+                                f"{exc.field or '?'}); nothing written") from None
+
+
+@import_cmd.command("promptfoo")
+@click.argument("config", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the spec here (default: stdout).")
+@click.option("--skip-unsupported", is_flag=True,
+              help="Drop what has no faithful evalfarm equivalent (listed on stderr) instead of stopping.")
+def import_promptfoo(config: Path, output: Path | None, skip_unsupported: bool) -> None:
+    """Import a promptfoo config (promptfooconfig.yaml) as an evalfarm spec.
+
+    OpenAI-compatible providers become adapters; each (prompt, test) pair a prompt with its
+    vars substituted; assertions checks (contains, icontains, equals, regex, is-json,
+    starts-with, contains/icontains-all/-any, their not- forms) or judge criteria (llm-rubric).
+    Anything else is listed with its file and line, and the import stops (exit 2) unless
+    --skip-unsupported.
+    """
+    from .promptfoo import import_config
+
+    if not config.is_file():
+        raise UsageError(f"{config}: no such file")
+    result = import_config(config)
+    echo = lambda line: click.echo(line, err=True)  # noqa: E731
+    for finding in result.refused:
+        echo(f"evalfarm: {'skipped' if skip_unsupported else 'error'}: {finding}")
+    for finding in result.caveats:
+        echo(f"evalfarm: note: {finding}")
+    if result.refused and not skip_unsupported:
+        raise EvalfarmError(f"{config}: {len(result.refused)} unsupported feature(s) listed above; nothing "
+                            "written (--skip-unsupported drops them)")
+    spec = result.spec
+    if not spec["adapters"]:
+        raise EvalfarmError(f"{config}: no provider could be imported; nothing written")
+    if not spec["prompts"]:
+        raise EvalfarmError(f"{config}: no prompt could be imported; nothing written")
+    text = _spec_yaml(spec, config)
+    _validated(text)
+    if output is not None:
+        if output.is_dir():
+            raise UsageError(f"-o {output}: is a directory; give a file path")
+        atomic_write(output, text.encode("utf-8"))
+    else:
+        click.echo(text, nl=False)
+    mapped = ", ".join(f"{k} {v}" for k, v in sorted(result.mapped.items())) or "none"
+    refused = ", ".join(f"{k} {v}" for k, v in sorted(result.refused_types.items())) or "none"
+    echo(f"evalfarm: imported {len(spec['prompts'])} prompt(s) x {len(spec['adapters'])} adapter(s) from "
+         f"{config}{f' to {output}' if output else ''}; assertions mapped: {mapped}; refused: {refused}")
+
+
+# ---- export ------------------------------------------------------------------------------------
+@click.group("export")
+def export_cmd() -> None:
+    """Export a stored run in another tool's format."""
+
+
+def _report(run: str, state_dir: Path) -> tuple[dict[str, Any], str]:
+    from .rows import validate_outcomes
+
+    path = resolve_ref(run, state_dir)
+    report = load_report(path)
+    validate_outcomes(report, str(path))
+    for key in ("adapters",):
+        value = report.get(key)
+        if value is not None and not (isinstance(value, list) and all(isinstance(a, str) for a in value)):
+            raise UsageError(f"{path}: {key}: expected a list of adapter ids")
+    if report.get("judge") is not None and not isinstance(report.get("judge"), dict):
+        raise UsageError(f"{path}: judge: expected an object or null")
+    trials = report.get("trials", 1)
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
+        raise UsageError(f"{path}: trials: expected an integer >= 1")
+    return report, str(path)
+
+
+def _emit(chunks, output: Path | None) -> None:
+    if output is None:
+        out = sys.stdout.buffer
+        try:
+            for chunk in chunks:
+                out.write(chunk)
+            out.flush()
+        except BrokenPipeError:  # `... | head`: the reader has all it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
+    else:
+        if output.is_dir():
+            raise UsageError(f"-o {output}: is a directory; give a file path")
+        write_stream(output, chunks)
+
+
+_output_option = click.option("-o", "--output", type=click.Path(path_type=Path),
+                              help="Write here (default: stdout); written whole or not at all.")
+
+
+@export_cmd.command("jsonl")
+@click.argument("run")
+@_output_option
+@state_dir_option
+def export_jsonl(run: str, output: Path | None, state_dir: Path) -> None:
+    """One JSON object per item (RUN: a report path, run id, id prefix or baseline:NAME)."""
+    from .rows import jsonl_chunks, rows
+
+    report, source = _report(run, state_dir)
+    _emit(jsonl_chunks(rows(report, source)), output)
+
+
+@export_cmd.command("csv")
+@click.argument("run")
+@_output_option
+@state_dir_option
+def export_csv(run: str, output: Path | None, state_dir: Path) -> None:
+    """One CSV row per item, with a header; text that looks like a formula is prefixed with '."""
+    from .rows import csv_chunks, rows
+
+    report, source = _report(run, state_dir)
+    _emit(csv_chunks(rows(report, source)), output)
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "x"
+
+
+@export_cmd.command("inspect")
+@click.argument("run")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="The log file (.json), or an existing folder for one log per adapter.")
+@click.option("--adapter", help="Which adapter's log (an Inspect log holds one model); needed when the run has "
+                                "several and -o is a file.")
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="The run's spec: adds each sample's input text (the report stores outputs, not inputs).")
+@state_dir_option
+def export_inspect(run: str, output: Path, adapter: str | None, spec_path: Path | None, state_dir: Path) -> None:
+    """An Inspect AI eval log (JSON) that inspect_ai.log.read_eval_log reads: samples with input,
+    messages, output, scores and model usage; results with metrics; status success, error or
+    cancelled."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .inspect_log import eval_log
+
+    report, source = _report(run, state_dir)
+    adapters = list(dict.fromkeys((report.get("adapters") or []) + [o["adapter"] for o in report["outcomes"]]))
+    if not adapters:
+        raise UsageError(f"{source}: the run has no adapters and no items; nothing to export")
+    if adapter is not None and adapter not in adapters:
+        raise UsageError(f"--adapter {adapter!r}: not in this run (adapters: {', '.join(adapters)})")
+    chosen = [adapter] if adapter else adapters
+    to_dir = output.is_dir()
+    if len(chosen) > 1 and not to_dir:
+        raise UsageError(f"the run has {len(chosen)} adapters ({', '.join(chosen)}): pass --adapter ID, or "
+                         "-o an existing folder for one log per adapter")
+    prompts, specs = _from_spec(spec_path, report) if spec_path else (None, {})
+    try:
+        ev_version = version("evalfarm")
+    except PackageNotFoundError:
+        ev_version = ""
+    written = []
+    logs = []
+    for name in chosen:
+        log = eval_log(report, name, prompts, specs.get(name), ev_version)
+        target = output / f"{_safe_name(report['run_id'])}_{_safe_name(name)}.json" if to_dir else output
+        logs.append((target, (json.dumps(log, ensure_ascii=False, allow_nan=False, indent=1) + "\n").encode()))
+    for target, body in logs:  # every log built before the first is written
+        atomic_write(target, body)
+        written.append(str(target))
+    click.echo("\n".join(written))
+
+
+def _from_spec(spec_path: Path, report: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, dict]]:
+    spec_file = open_spec(spec_path)
+    spec = spec_file.spec
+    if report.get("spec_name") and spec.name != report["spec_name"]:
+        raise UsageError(f"--spec {spec_path}: spec {spec.name!r} is not this run's spec "
+                         f"({report['spec_name']!r})")
+    wanted = {o["prompt_id"] for o in report["outcomes"]}
+    prompts = {}
+    for p in spec_file.source:
+        if p.id in wanted:
+            prompts[p.id] = {"text": p.text, "system": p.system,
+                             "target": list(p.expected_output_contains) or ""}
+    adapters = {a.id: a.model_dump(mode="json") for a in spec.adapters if not isinstance(a, str)}
+    return prompts, adapters
+
+
+__all__ = ["import_cmd", "export_cmd"]

@@ -1,0 +1,77 @@
+"""Pydantic errors turned into one line that names the field the user wrote, and its line."""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ..errors import SpecError
+from .sourcemap import dotted, line_for
+
+
+def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """Allowed field names of the model that owns ``loc``'s last part."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or current is None:
+            continue
+        field = current.model_fields.get(part)
+        if field is None:
+            return []
+        current = _model_in(field.annotation)
+    return sorted(current.model_fields) if current else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found:
+            return found
+    return None
+
+
+def message(err: dict, model: type[BaseModel]) -> str:
+    """One pydantic error as a sentence a user can act on."""
+    kind, msg = err["type"], err["msg"]
+    if kind == "extra_forbidden":
+        allowed = _fields_at(model, tuple(err["loc"]))
+        return f"unknown field; allowed fields are {', '.join(allowed)}" if allowed else "unknown field"
+    if kind == "missing":
+        return "required field is missing"
+    msg = msg.removeprefix("Value error, ")
+    if kind not in ("value_error", "assertion_error") and "input" in err and not isinstance(err["input"], (dict, list)):
+        shown = repr(err["input"])
+        msg += f" (got {shown if len(shown) <= 80 else shown[:77] + '...'})"
+    return msg
+
+
+_UNION_TAGS = {"str", "AdapterSpec", "JudgeSpec", "PromptSpec"}
+
+
+def useful_errors(errors: list[dict]) -> list[dict]:
+    """For ``str | AdapterSpec`` entries pydantic reports both branches; keep the branch that
+    matches what the user wrote (a mapping is an adapter object) and drop the union tags from
+    the location, so the message names the real field and line."""
+    kept = []
+    for err in errors:
+        loc = tuple(err["loc"])
+        if "str" in loc and isinstance(err.get("input"), dict):
+            continue
+        if "AdapterSpec" in loc and loc[-1] == "AdapterSpec" and isinstance(err.get("input"), str):
+            continue
+        err = dict(err, loc=tuple(p for p in loc if p not in _UNION_TAGS or not isinstance(p, str)))
+        kept.append(err)
+    return kept or errors
+
+
+def spec_error(exc: ValidationError, model: type[BaseModel], path: str | None, lines: dict | None,
+               base: tuple = ()) -> SpecError:
+    """The first (useful) error of ``exc`` as a SpecError naming file, line and field."""
+    errors = useful_errors(exc.errors())
+    err = errors[0]
+    loc = tuple(err["loc"])
+    more = f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    return SpecError(message(err, model) + more, path=path, line=line_for(lines or {}, base + loc),
+                     field=dotted(loc) or None)

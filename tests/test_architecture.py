@@ -1,0 +1,117 @@
+"""The layout is the architecture: no import cycle, and the core (spec, core, engine) reaches nothing of
+the farm (backends, Celery, kombu, Redis). Checked on the real import graph, statically and at run time."""
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT, env_for
+
+PKG = ROOT / "evalfarm"
+CORE = ("evalfarm.spec", "evalfarm.core", "evalfarm.engine")
+FARM = ("evalfarm.backends", "celery", "kombu", "redis")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for p in PKG.rglob("*.py"):
+        parts = p.relative_to(ROOT).with_suffix("").parts
+        out[".".join(parts[:-1] if p.name == "__init__.py" else parts)] = p
+    return out
+
+
+def module_level_imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """What a module imports when it is imported (function-level imports run later, if ever)."""
+    pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                base = ".".join(up + ([node.module] if node.module else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        found |= {t for t in targets if t in known and t != name}
+    return found
+
+
+def test_no_import_cycle():
+    mods = modules()
+    graph = {m: module_level_imports(m, p, set(mods)) for m, p in mods.items()}
+    state: dict[str, int] = {}
+
+    def visit(u: str, path: list[str]) -> list[str] | None:
+        state[u] = 1
+        for v in sorted(graph[u]):
+            if state.get(v) == 1:
+                return path[path.index(v):] + [v]
+            if v not in state and (cycle := visit(v, path + [v])):
+                return cycle
+        state[u] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            cycle = visit(m, [m])
+            assert cycle is None, " -> ".join(cycle)
+
+
+def test_the_core_imports_nothing_of_the_farm():
+    """Import every module of spec/, core/ and engine/ in a fresh interpreter: no Celery, kombu, Redis
+    or backend module may be loaded as a consequence."""
+    core = sorted(m for m in modules() if m.startswith(CORE))
+    code = (f"import importlib, json, sys\nfor m in {core!r}: importlib.import_module(m)\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    res = subprocess.run([sys.executable, "-c", code], env=env_for(), capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    loaded = json.loads(res.stdout)
+    leaks = [m for m in loaded if m.startswith(FARM)]
+    assert not leaks, leaks
+    assert len(core) > 20  # the check ran over the real package
+
+
+def test_no_emulation_of_a_worker():
+    """Celery's eager mode is not a backend: the in-process backend runs the engine itself."""
+    hits = [str(p) for p in PKG.rglob("*.py") if "task_always_eager" in p.read_text()]
+    assert hits == []
+
+
+def test_help_imports_only_click():
+    code = "import sys\nfrom evalfarm.cli import main\nprint(sorted(m for m in sys.modules if m.split('.')[0] in " \
+           "('pydantic', 'httpx', 'aiohttp', 'celery', 'yaml', 'rich', 'structlog', 'redis')))"
+    res = subprocess.run([sys.executable, "-c", code], env=env_for(), capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.strip() == "[]", (res.stdout, res.stderr)
+
+
+def test_a_plugin_found_by_entry_point(tmp_path):
+    """A plug-in installed the ecosystem's way (a distribution with an evalfarm.adapters entry point) is
+    used by name, with no EVALFARM_PLUGINS setting."""
+    site = tmp_path / "site"
+    (site / "shout_plugin-1.0.dist-info").mkdir(parents=True)
+    (site / "shout_plugin-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: shout-plugin\n"
+                                                                  "Version: 1.0\n")
+    (site / "shout_plugin-1.0.dist-info" / "entry_points.txt").write_text(
+        "[evalfarm.adapters]\nshout = shout_plugin:Shout\n")
+    (site / "shout_plugin.py").write_text(
+        "from evalfarm import Completion\n\n"
+        "class Shout:\n"
+        "    def __init__(self, entry):\n        self.id = entry\n"
+        "    def config(self):\n        return {'kind': 'shout'}\n"
+        "    async def complete(self, prompt, trial):\n        return Completion(text=prompt.text.upper())\n")
+    (tmp_path / "s.yaml").write_text("name: ep\nadapters: ['shout:loud']\nprompts:\n"
+                                     "  - {id: a, text: hello, expected_output_contains: [HELLO]}\n")
+    env = env_for()
+    env["PYTHONPATH"] = f"{site}{':' + env['PYTHONPATH'] if env.get('PYTHONPATH') else ''}"
+    res = subprocess.run([sys.executable, "-m", "evalfarm.cli", "run", str(tmp_path / "s.yaml"), "--no-save",
+                          "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["outcomes"][0]["output"] == "HELLO"
+    unknown = subprocess.run([sys.executable, "-m", "evalfarm.cli", "run", str(tmp_path / "s.yaml"), "--no-save"],
+                             env=env_for(), capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 2 and "unknown adapter 'shout'" in unknown.stderr, unknown.stderr
