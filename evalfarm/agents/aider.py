@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import pins
+from .pins import AIDER
 from .base import AgentRequest, AgentUsage, Driver, Invocation, Scratch, as_cost, as_int, openai_url
 from .errors import AgentOutputError
 
@@ -26,7 +26,7 @@ class AiderDriver(Driver):
     name = "aider"
     binary = "aider"
     package = "aider-chat"
-    pin = pins.AIDER
+    pin = AIDER
     key_env = "OPENAI_API_KEY"
     quiet_env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import pins
+from .pins import CLAUDE
 from .base import AgentRequest, AgentUsage, Driver, Invocation, Scratch, as_cost, as_int, json_lines, root_url
 from .errors import AgentOutputError
 
@@ -20,7 +20,7 @@ class ClaudeDriver(Driver):
     name = "claude"
     binary = "claude"
     package = "@anthropic-ai/claude-code"
-    pin = pins.CLAUDE
+    pin = CLAUDE
     key_env = "ANTHROPIC_API_KEY"
     quiet_env = {"DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1",
                  "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import pins
+from .pins import CODEX
 from .base import AgentRequest, AgentUsage, Driver, Invocation, Scratch, as_int, json_lines, openai_url
 from .errors import AgentOutputError
 
@@ -28,7 +28,7 @@ class CodexDriver(Driver):
     name = "codex"
     binary = "codex"
     package = "@openai/codex"
-    pin = pins.CODEX
+    pin = CODEX
     key_env = "OPENAI_API_KEY"
 
     def build(self, request: AgentRequest, binary: Path, workdir: Path, scratch: Scratch) -> Invocation:

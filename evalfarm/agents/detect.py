@@ -11,16 +11,16 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from . import pins
+from .pins import AIDER, CLAUDE, CODEX, GEMINI, OPENCODE
 from .errors import AgentNotInstalled
 
 # agent -> (executable, path under its install dir, package, pinned version, make target)
 INSTALLS = {
-    "claude": ("claude", "node_modules/.bin/claude", "@anthropic-ai/claude-code", pins.CLAUDE, "agents"),
-    "codex": ("codex", "node_modules/.bin/codex", "@openai/codex", pins.CODEX, "agents"),
-    "gemini": ("gemini", "node_modules/.bin/gemini", "@google/gemini-cli", pins.GEMINI, "agents-all"),
-    "opencode": ("opencode", "node_modules/.bin/opencode", "opencode-ai", pins.OPENCODE, "agents-all"),
-    "aider": ("aider", "venv/bin/aider", "aider-chat", pins.AIDER, "agents-all"),
+    "claude": ("claude", "node_modules/.bin/claude", "@anthropic-ai/claude-code", CLAUDE, "agents"),
+    "codex": ("codex", "node_modules/.bin/codex", "@openai/codex", CODEX, "agents"),
+    "gemini": ("gemini", "node_modules/.bin/gemini", "@google/gemini-cli", GEMINI, "agents-all"),
+    "opencode": ("opencode", "node_modules/.bin/opencode", "opencode-ai", OPENCODE, "agents-all"),
+    "aider": ("aider", "venv/bin/aider", "aider-chat", AIDER, "agents-all"),
 }
 _VERSION = re.compile(r"\d+\.\d+\.\d+[\w.+-]*")
 

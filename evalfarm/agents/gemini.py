@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import pins
+from .pins import GEMINI
 from .base import AgentRequest, AgentUsage, Driver, Invocation, Scratch, as_int, root_url
 from .errors import AgentOutputError
 
@@ -26,7 +26,7 @@ class GeminiDriver(Driver):
     name = "gemini"
     binary = "gemini"
     package = "@google/gemini-cli"
-    pin = pins.GEMINI
+    pin = GEMINI
     key_env = "GEMINI_API_KEY"
 
     def build(self, request: AgentRequest, binary: Path, workdir: Path, scratch: Scratch) -> Invocation:

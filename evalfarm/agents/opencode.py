@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import pins
+from .pins import OPENCODE
 from .base import AgentRequest, AgentUsage, Driver, Invocation, Scratch, as_cost, as_int, json_lines, openai_url
 from .errors import AgentOutputError
 
@@ -24,7 +24,7 @@ class OpencodeDriver(Driver):
     name = "opencode"
     binary = "opencode"
     package = "opencode-ai"
-    pin = pins.OPENCODE
+    pin = OPENCODE
     key_env = "OPENAI_API_KEY"
     quiet_env = {"OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1",
                  "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
