@@ -78,6 +78,8 @@ class MockProvider:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/chat/completions", self.chat)
         app.router.add_get("/stats", self.stats)
+        if getattr(self, "agents", None) is not None:  # --agent-script: providers/mock_agents.py
+            self.agents.attach(app)
         return app
 
     async def stats(self, request: web.Request) -> web.Response:
