@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any, Iterable
 
+from ...core.plan import store_rows
 from ...engine.items import Engine
 from ...errors import FarmError
 from ...redact import redact
@@ -52,7 +53,7 @@ class CeleryBackend:
         run_id = plan.run_id
         self.store.create_run(run_id, plan.meta(self.mode, batch_size=batch_size))
         for chunk in batched(plan.items(), max(batch_size, 1000 // batch_size * batch_size)):
-            self.store.add_items(run_id, [(i.key, i.to_json()) for i in chunk])
+            self.store.add_items(run_id, *store_rows(chunk))
         self.store.update_meta(run_id, planned=True, state="dispatching", spec_hash=plan.spec_hash)
         self._dispatch(run_id, batched(self.store.iter_item_keys(run_id), batch_size))
 
