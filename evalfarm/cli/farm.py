@@ -75,7 +75,12 @@ def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str
     spec = POOLS[pool]
     limit = float(os.environ.get("EVALFARM_TASK_TIME_LIMIT") or spec.soft_time_limit)
     settings = FarmSettings.from_env(broker_url=broker, time_limit_s=limit)
-    app = worker_app(settings, pool=spec)
+    if pool == "spawn":  # its own broker (EVALFARM_SPAWN_BROKER_URL); dead runs' sandboxes pruned first
+        from ..backends.celery.spawn import spawn_worker_app
+
+        app = spawn_worker_app(settings, spec)
+    else:
+        app = worker_app(settings, pool=spec)
     app.worker_main(["worker", "-Q", ",".join(spec.queues), "-P", "threads",
                      "-c", str(concurrency or spec.concurrency), "--loglevel", loglevel,
                      "-n", f"{pool}-%i@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"])

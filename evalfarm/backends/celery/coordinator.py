@@ -22,6 +22,7 @@ from ..store import Progress, batched, progress_of
 from .app import AGGREGATE, JUDGE_BATCH, RUN_BATCH, create_app
 from .broker_scan import keys_in_broker
 from .settings import FarmSettings, pick_batch_size
+from .spawn import route_spawn, spawn_keys_in_broker
 from .store import probe, store_for
 
 
@@ -60,6 +61,7 @@ class CeleryBackend:
     def _dispatch(self, run_id: str, batches: Iterable[list[str]], then_state: str = "running") -> None:
         # fault injection for the crash tests: slow dispatch down so a coordinator can die mid-way
         delay = float(os.environ.get("EVALFARM_FAILPOINT_DISPATCH_DELAY_S", "0") or 0)
+        batches = route_spawn(self.settings, self.store, run_id, batches)  # agent items: one task each, spawn queue
         with self.app.producer_or_acquire() as producer:
             for keys in batches:
                 self.app.send_task(RUN_BATCH, args=[run_id, keys], producer=producer, queue="provider")
@@ -122,7 +124,7 @@ class CeleryBackend:
             self.app.send_task(AGGREGATE, args=[run_id], queue="aggregate")
 
     def in_broker(self, run_id: str) -> set[str]:
-        return keys_in_broker(self.store.r, run_id)[0]
+        return keys_in_broker(self.store.r, run_id)[0] | spawn_keys_in_broker(self.settings, run_id)
 
     def resume(self, run_id: str) -> dict[str, int]:
         """Dispatch only what is missing; returns what was done."""
