@@ -178,6 +178,9 @@ class AgentAdapter:
                 raise AgentRunError("cancelled before the agent started", info)
             run = self._run_agent(prompt, box, binary, version, max(1.0, deadline - time.monotonic()), pass_env)
             info.update(self._usage_info(run, self.spec.model))
+            if run.timed_out:  # say the budget the user set, not what setup left of it
+                raise AgentRunError(f"{self.driver.name}: timed out after {budget:g} s (the task's timeout_s; "
+                                    "process group killed)", info)
             if not run.ok:
                 raise AgentRunError(run.error or f"{self.driver.name} failed", info)
             try:
