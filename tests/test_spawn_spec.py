@@ -258,3 +258,11 @@ def test_env_allow_list_reaches_agent_setup_and_check(tmp_path, repo):
     assert seen["HOME"].startswith(str(tmp_path / "spawn")) and "EVALFARM_SPAWN_DIR" not in seen
     assert_clean(repo, tmp_path / "spawn")
 
+
+
+def test_the_spec_knows_the_agents_the_drivers_know():
+    from evalfarm.agents.registry import AGENTS, get_driver
+    from evalfarm.spec.models import AGENT_KEY_ENVS, AGENTS as SPEC_AGENTS
+
+    assert SPEC_AGENTS == AGENTS
+    assert AGENT_KEY_ENVS == {a: get_driver(a).key_env for a in AGENTS if a != "command"}

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..agents.adapter import DEFAULT_TIMEOUT_S, AgentAdapter
+from ..agents.adapter import AgentAdapter
 from ..agents.repos import is_url
 from ..errors import SpecError, UsageError
 from ..spec.models import AdapterSpec, Price
@@ -123,7 +123,7 @@ class SpawnExecutor(_RowWriter):
         binary_version = adapter._resolve()[1]
         return {"kind": self.kind, "adapter": ADAPTER_ID, "agent": spec.agent, "agent_pin": adapter.driver.pin or None,
                 "agent_version": binary_version, "model": spec.model, "role": self.role,
-                "timeout_s": spec.timeout_s if "timeout_s" in spec.model_fields_set else DEFAULT_TIMEOUT_S,
+                "timeout_s": spec.timeout_s,
                 "isolation": suite.isolation, "base": suite.base,
                 "repo": suite.repo if is_url(suite.repo) else Path(suite.repo).name,
                 "base_url": _public(spec.base_url), "template": spec.template,

@@ -38,7 +38,6 @@ from .runner import AgentRun, run_agent
 from .sandbox import kill_processes_in, sandbox
 from .shell import run_shell, shell_env
 
-DEFAULT_TIMEOUT_S = 1800.0
 CHECK_MIN_S = 60.0  # a check always gets at least this long, whatever the agent left of the budget
 ADAPTER_VERSION = 1
 _SECRETISH = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|SESSION|COOKIE|PRIVATE", re.I)
@@ -87,10 +86,10 @@ class AgentAdapter:
             self.driver = get_driver(entry.agent or "", entry.template)
         except AgentSetupError as exc:
             raise ValueError(str(exc)) from None
-        self.timeout_s = entry.timeout_s if "timeout_s" in entry.model_fields_set else DEFAULT_TIMEOUT_S
-        self.key_from = entry.api_key_env if "api_key_env" in entry.model_fields_set else None
-        if self.key_from:
-            register_secret_env(self.key_from)
+        # the spec wrote the agent's defaults in (AdapterSpec): 1800 s and the agent's own key variable
+        self.timeout_s = entry.timeout_s
+        self.key_from = entry.api_key_env
+        register_secret_env(self.key_from)
         self.workspace: Workspace | None = None
         self.slots = ("spawn", spawn_concurrency())  # the embedded backend's cap, shared by every agent adapter
         self._binary: tuple[Path, str | None] | None = None
@@ -125,11 +124,9 @@ class AgentAdapter:
             self._binary = resolve(self.driver)
         return self._binary
 
-    def _key_var(self) -> str | None:
-        var = self.key_from or self.driver.key_env
-        if var:
-            key_for(var, self.spec.base_url or "")  # the allow-lists of providers/access.py
-        return var
+    def _key_var(self) -> str:
+        key_for(self.key_from, self.spec.base_url or "")  # the allow-lists of providers/access.py
+        return self.key_from
 
     def config(self) -> dict[str, Any]:
         s, ws = self.spec, self.workspace
@@ -229,8 +226,8 @@ class AgentAdapter:
             prefix = netns.wrapper(port, sock, mapped, box.scratch.private / "hosts")
             wrap = lambda argv: prefix + argv  # noqa: E731
         request = AgentRequest(prompt.text, s.model, base_url, addendum=prompt.system or "", key_from=self.key_from,
-                               pass_env=pass_env + ((self.key_from,) if self.key_from and not self.driver.key_env
-                                                    else ()),
+                               # a command agent gets the adapter's key variable as it is named
+                               pass_env=pass_env + (() if self.driver.key_env else (self.key_from,)),
                                extra_args=tuple(s.args or ()),
                                price=Price(s.price.input, s.price.output) if s.price else None)
         try:

@@ -196,6 +196,10 @@ class _Endpoint(_Model):
 
 
 AGENTS = ("claude", "codex", "gemini", "aider", "opencode", "command")  # evalfarm/agents/registry.py's
+# each agent's own key variable (the drivers' key_env): an agent adapter's default api_key_env
+AGENT_KEY_ENVS = {"claude": "ANTHROPIC_API_KEY", "codex": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY",
+                  "aider": "OPENAI_API_KEY", "opencode": "OPENAI_API_KEY"}
+AGENT_TIMEOUT_S = 1800.0  # an agent adapter's default timeout_s: the budget of one spawned task
 
 
 class AdapterSpec(_Endpoint):
@@ -214,6 +218,18 @@ class AdapterSpec(_Endpoint):
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> Any:
         return _drop_unset(handler(self), ("agent", "template", "args"))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _agent_defaults(cls, data: Any) -> Any:
+        """An agent's defaults are written into the spec (they travel to the workers as they are): a task
+        budget of 1800 s, and the agent's own key variable (ANTHROPIC_API_KEY for claude, ...)."""
+        if isinstance(data, dict) and data.get("provider") == "agent":
+            data = dict(data)
+            data.setdefault("timeout_s", AGENT_TIMEOUT_S)
+            if data.get("agent") in AGENT_KEY_ENVS:
+                data.setdefault("api_key_env", AGENT_KEY_ENVS[data["agent"]])
+        return data
 
     @model_validator(mode="after")
     def _agent_fields(self) -> "AdapterSpec":

@@ -49,12 +49,13 @@ def message(err: dict, model: type[BaseModel]) -> str:
 
 
 _UNION_TAGS = {"str", "AdapterSpec", "JudgeSpec", "PromptSpec"}
-_VALIDATOR_TAG = re.compile(r"function-(?:after|before|wrap|plain)\[.*, (\w+)\]$")  # a model with a validator
+_VALIDATOR_TAG = re.compile(r"(\w+)\]+$")  # the model a validator wraps, last in the tag
 
 
 def _tag(part: Any) -> Any:
-    """A union branch's tag as its model name (``function-after[_v(), AdapterSpec]`` -> ``AdapterSpec``)."""
-    m = _VALIDATOR_TAG.match(part) if isinstance(part, str) else None
+    """A union branch's tag as its model name (``function-after[_v(), function-before[_w(), AdapterSpec]]``
+    -> ``AdapterSpec``): a model with validators is tagged by them."""
+    m = _VALIDATOR_TAG.search(part) if isinstance(part, str) and part.startswith("function-") else None
     return m.group(1) if m else part
 
 
