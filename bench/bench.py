@@ -271,7 +271,7 @@ def main() -> None:
     parser.add_argument("--farm-items", type=int, default=100_000)
     parser.add_argument("--chord-items", type=int, default=10_000,
                         help="size of the bare-chord reference in the farm section")
-    parser.add_argument("--only", choices=["foundation", "providers", "farm", "scaling"], action="append",
+    parser.add_argument("--only", choices=["foundation", "providers", "farm", "scaling", "spawn"], action="append",
                         help="run only these sections (default: all)")
     args = parser.parse_args()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -279,7 +279,7 @@ def main() -> None:
         tmp = Path(d)
         redis = Redis(tmp)
         try:
-            sections = args.only or ["foundation", "providers", "farm", "scaling"]
+            sections = args.only or ["foundation", "providers", "farm", "scaling", "spawn"]
             results = {}
             if "foundation" in sections:
                 results["foundation"] = foundation(redis, tmp, args.items, env)
@@ -289,6 +289,11 @@ def main() -> None:
                 results["farm"] = farm(redis, tmp, args.farm_items, env, args.chord_items)
             if "scaling" in sections:
                 results["scaling"] = scaling(redis, tmp, 4000, env)
+            if "spawn" in sections:  # coding agents: bench/spawn.py
+                from spawn import spawn
+
+                redis.flush()
+                results["spawn"] = spawn(redis.url, tmp, env, start_worker, stop_worker)
         finally:
             redis.stop()
     print(f"\ncoordinator (this process) peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")

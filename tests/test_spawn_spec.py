@@ -266,3 +266,30 @@ def test_the_spec_knows_the_agents_the_drivers_know():
 
     assert SPEC_AGENTS == AGENTS
     assert AGENT_KEY_ENVS == {a: get_driver(a).key_env for a in AGENTS if a != "command"}
+
+
+def test_ctrl_c_kills_the_running_agents_and_removes_their_worktrees(tmp_path, repo):
+    import signal
+    import subprocess
+    import time
+
+    from conftest import EVALFARM, env_for
+    from spawn_support import pid_alive, wait_for
+
+    trace = tmp_path / "trace.log"
+    spec = write_spec(tmp_path / "spec.yaml", repo, [{"id": f"t{i}", "text": f"trace {trace} 60", "check": "true"}
+                                                     for i in range(3)])
+    proc = subprocess.Popen([*EVALFARM, "run", str(spec), "--no-save", "--json"], cwd=tmp_path,
+                            env=env_for(**spawn_env(tmp_path)), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    starts = wait_for(lambda: trace.exists() and len(trace.read_text().splitlines()) == 2 and
+                      trace.read_text().splitlines(), 30, "two agents running")
+    pids = [int(line.split()[1]) for line in starts]
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - t0 < 10  # not the agents' 60 s
+    assert not any(pid_alive(p) for p in pids)
+    report = json.loads(out)
+    assert report["stopped"] == "interrupted"
+    assert_clean(repo, tmp_path / "spawn")
