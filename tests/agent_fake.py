@@ -14,8 +14,9 @@ escape    write into $HOME, $XDG_CONFIG_HOME, $TMPDIR and ../ (outside the workt
 orphan    start a background child (same process group), write its pid to ARG, exit 0 at once
 stdin     read stdin to its end (hangs unless stdin is closed), then exit 0
 sleep     sleep ARG seconds, then like ok
-trace     append "start <pid> <time>" to the file ARG, sleep ARG2 seconds, then like ok, then append
-          "end <pid> <time>" (counts invocations and how many ran at once)
+trace     append "start <pid> <time>" to the file ARG, sleep ARG2 seconds (with ARG3 "once": only when
+          ARG had no start yet, else 0.5 s), then like ok, then append "end <pid> <time>" (counts
+          invocations and how many ran at once)
 git       [LOG SECONDS] like trace (when given), then edit, `git add -A` and `git commit` in its worktree
           (its own index and HEAD)
 prompt    PROMPT: the mode and its arguments are the last line of PROMPT (spawn tests put them in the task)
@@ -109,9 +110,11 @@ def main() -> int:
         edit()
         usage(usage_file)
     elif mode == "trace":
+        first = not os.path.exists(sys.argv[3])
         with open(sys.argv[3], "a") as fh:
             fh.write(f"start {os.getpid()} {time.time():.3f}\n")
-        time.sleep(float(sys.argv[4]))
+        once = sys.argv[5:6] == ["once"]  # sleep only on the first start (a redelivered run is quick)
+        time.sleep(float(sys.argv[4]) if first or not once else 0.5)
         edit()
         usage(usage_file)
         with open(sys.argv[3], "a") as fh:

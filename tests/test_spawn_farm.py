@@ -51,7 +51,7 @@ def counts(url: str, run_id: str) -> dict[str, int]:
 
 def test_sigkill_mid_spawn_is_redelivered_pruned_at_the_next_worker_start_and_counted_once(tmp_path, repo, farm):
     trace = tmp_path / "trace.log"
-    spec = write_spec(tmp_path / "spec.yaml", repo, [{"id": "slow", "text": f"trace {trace} 8",
+    spec = write_spec(tmp_path / "spec.yaml", repo, [{"id": "slow", "text": f"trace {trace} 120 once",
                                                       "check": "grep -q 'hello, world' hello.py"}])
     first = farm.worker(concurrency=1)
     res = farm.cli("run", str(spec), "--detach")

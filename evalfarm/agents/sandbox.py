@@ -16,6 +16,7 @@ while we create the worktree (``core.hooksPath=/dev/null``).
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -50,9 +51,41 @@ def _start_time(pid: int) -> str | None:
         return None
 
 
-def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*_GIT, "-C", str(repo), *args], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+# git's worktree admin is not safe against itself: a `worktree add` that lists the repo's worktrees
+# while another one is half-created fails ("failed to read .git/worktrees/wt-x/commondir"), seen with
+# 24 sandboxes at once. So worktree commands take a lock on the repo's directory (flock: no file is
+# written into the repo, released when a process dies) and a transient failure is retried.
+_TRANSIENT = ("failed to read", "could not lock", "unable to create", "index.lock", "cannot lock")
+
+
+@contextmanager
+def _repo_lock(repo: Path) -> Iterator[None]:
+    try:
+        fd = os.open(repo, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # no such repo: let git say so
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _git(repo: Path, *args: str, attempts: int = 4) -> subprocess.CompletedProcess:
+    def once() -> subprocess.CompletedProcess:
+        return subprocess.run([*_GIT, "-C", str(repo), *args], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+
+    if args[:1] != ("worktree",):
+        return once()
+    for attempt in range(attempts):
+        with _repo_lock(repo):
+            done = once()
+        if done.returncode == 0 or not any(t in done.stderr.lower() for t in _TRANSIENT):
+            return done
+        time.sleep(0.05 * 2 ** attempt)
+    return done
 
 
 def _rmtree(path: Path) -> None:
