@@ -47,11 +47,12 @@ def spawn_tasks(redis_url: str, tmp: Path, env: dict[str, str], start_worker, st
                     for i in range(n)]}))
     env = {**env, "EVALFARM_SPAWN_DIR": str(tmp / "spawn-dir"), "EVALFARM_BLOB_DIR": str(tmp / "blobs")}
     cli = [sys.executable, "-m", "evalfarm.cli"]
-    procs = [start_worker([*cli, "worker", "--pool", "aggregate", "-c", "1", "--loglevel", "INFO"], {**env, "EVALFARM_BROKER_URL": redis_url})]
+    worker_env = {**env, "EVALFARM_BROKER_URL": redis_url}
+    procs = [start_worker([*cli, "worker", "--pool", "aggregate", "-c", "1", "--loglevel", "INFO"], worker_env)]
     try:
         for _ in range(workers):
-            procs.append(start_worker([*cli, "worker", "--pool", "spawn", "-c", str(concurrency), "--loglevel", "INFO"],
-                                      {**env, "EVALFARM_BROKER_URL": redis_url}))
+            procs.append(start_worker([*cli, "worker", "--pool", "spawn", "-c", str(concurrency), "--loglevel",
+                                       "INFO"], worker_env))
         t0 = time.perf_counter()
         done = subprocess.run([*cli, "run", str(spec), "--json", "--no-save", "--broker", redis_url], env=env,
                               capture_output=True, text=True, timeout=600, cwd=tmp)
