@@ -293,3 +293,13 @@ def test_ctrl_c_kills_the_running_agents_and_removes_their_worktrees(tmp_path, r
     report = json.loads(out)
     assert report["stopped"] == "interrupted"
     assert_clean(repo, tmp_path / "spawn")
+
+
+def test_agent_runs_are_never_served_from_the_cache(tmp_path, repo):
+    trace = tmp_path / "trace.log"
+    spec = write_spec(tmp_path / "spec.yaml", repo, [{"id": "t", "text": f"trace {trace} 0", "check": "true"}])
+    for _ in range(2):
+        res = run(tmp_path, str(spec), "--json", "--no-save", "--cache")
+        assert res.returncode == 0, res.stderr
+        assert report_of(res)["outcomes"][0]["cached"] is False
+    assert sum(1 for line in trace.read_text().splitlines() if line.startswith("start")) == 2
