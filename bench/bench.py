@@ -63,9 +63,12 @@ class Redis:
         self.proc.wait(10)
 
 
-def start_worker(args: list[str], env: dict[str, str], ready: bytes = b"ready.") -> subprocess.Popen:
+def start_worker(args: list[str], env: dict[str, str], ready: bytes = b"ready.",
+                 cwd: Path | None = None) -> subprocess.Popen:
+    """``cwd``: `python -m` puts the working directory first on sys.path, so a worker of another
+    checkout must not start in this one."""
     log = tempfile.NamedTemporaryFile(prefix="bench-worker-", suffix=".log", delete=False)
-    proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd)
     deadline = time.time() + 60
     while time.time() < deadline:
         if ready in Path(log.name).read_bytes():

@@ -89,7 +89,8 @@ def run(tmp: Path, env: dict[str, str], start_provider, start_worker, stop_worke
                 record(f"in process, {latency} ms", build, t, **extra)
                 redis.flush()
                 worker = start_worker([*cmd, "worker", "-c", "8", "--loglevel", "INFO"],
-                                      dict(envs[build], EVALFARM_BROKER_URL=redis.url, EVALFARM_MAX_IN_FLIGHT="64"))
+                                      dict(envs[build], EVALFARM_BROKER_URL=redis.url, EVALFARM_MAX_IN_FLIGHT="64"),
+                                      cwd=tmp)
                 try:
                     t = timed([*cmd, "run", str(spec), "--no-save", "--broker", redis.url], envs[build], tmp)
                 finally:
