@@ -53,6 +53,8 @@ def finalize(store: RunStore, run_id: str, stopped: str | None = None) -> bool:
     store.put_blob(run_id, "summary", json.dumps(head).encode())
     store.put_blob(run_id, "markdown", render_markdown(head, builder.failed).encode())
     store.put_report_head(run_id, head_bytes(head))
-    store.update_meta(run_id, state=stopped or "done", finished_at=head["finished_at"])
+    # any state goes to done once the report exists; the meta keeps the state it replaced
+    # (a cancel that came too late shows as previous_state "cancelled")
+    store.transition(run_id, stopped or "done", None, finished_at=head["finished_at"])
     store.expire_run(run_id, int(os.environ.get("EVALFARM_RUN_TTL_S") or RUN_TTL_S))
     return True

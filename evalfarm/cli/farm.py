@@ -139,9 +139,17 @@ def wait(run_id: str, broker: str | None, state_dir: Path, no_save: bool, output
 def cancel(run_id: str, broker: str | None) -> None:
     """Stop a run: workers skip its remaining batches; `resume` continues it later."""
     backend = farm(broker)
-    backend.cancel(run_id)
-    p = backend.progress(run_id)
-    click.echo(f"cancelled {run_id} at {p.done}/{p.total} items")
+    what = backend.cancel(run_id)
+    at = f"{what['done']}/{what['total']} items"
+    if what["outcome"] == "already":
+        click.echo(f"run {run_id} was already cancelled ({at} done); 'evalfarm resume {run_id}' continues it")
+    elif what["outcome"] == "too_late":
+        click.echo(f"too late to cancel run {run_id} ({at} done): nothing was still queued, and the "
+                   f"{what['in_hands']} remaining items are already in workers' hands; the run finishes, "
+                   f"'evalfarm wait {run_id}' saves its report")
+    else:
+        hands = f"; {what['in_hands']} items already in workers' hands finish" if what.get("in_hands") else ""
+        click.echo(f"cancelled {run_id} at {at}{hands}")
 
 
 @click.command()

@@ -128,6 +128,9 @@ def _record(store: RunStore, ctx: RunContext, run_id: str, outcomes: list[Outcom
             enqueue_aggregate: Callable[[str], None]) -> None:
     finished = store.record(run_id, [o.to_dict() for o in outcomes]) if outcomes \
         else store.counters(run_id).get("done", 0)
+    if finished < 0:  # the run's keys are gone (Redis lost its data): nothing to record into
+        log.warning("run_vanished", run_id=run_id, dropped=len(outcomes))
+        return
     if finished >= ctx.meta["total"] and store.claim(run_id, "aggregate"):
         enqueue_aggregate(run_id)
 
