@@ -45,6 +45,16 @@ class RunStore(ABC):
         """Append (key, item JSON) pairs to the plan, in plan order."""
 
     @abstractmethod
+    def persist_plan(self, run_id: str) -> None:
+        """The plan is complete: its keys stop expiring (a plan being stored expires unless its
+        coordinator keeps writing it, so a dead coordinator leaves nothing behind for good)."""
+
+    @abstractmethod
+    def discard_plan(self, run_id: str) -> int:
+        """Delete a run's plan and results (not its meta and state); returns how many items the
+        plan held. Works on a full Redis (deleting frees memory)."""
+
+    @abstractmethod
     def get_meta(self, run_id: str) -> dict[str, Any] | None: ...
 
     @abstractmethod
@@ -186,6 +196,16 @@ class MemoryStore(RunStore):
     def add_items(self, run_id: str, items: list[tuple[str, str]]) -> None:
         with self._lock:
             self._items[run_id].update(items)  # a dict keeps insertion (plan) order
+
+    def persist_plan(self, run_id: str) -> None:
+        pass  # nothing expires in this process
+
+    def discard_plan(self, run_id: str) -> int:
+        with self._lock:
+            stored = len(self._items.get(run_id, {}))
+            for table in (self._items, self._results, self._rmeta, self._counts, self._pending):
+                table[run_id] = {}
+            return stored
 
     def get_meta(self, run_id: str) -> dict[str, Any] | None:
         meta = self._meta.get(run_id)

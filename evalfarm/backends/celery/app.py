@@ -7,6 +7,7 @@ from kombu import Exchange, Queue
 from .pools import Pool
 from .redis_tls import split_tls
 from .settings import FarmSettings
+from .transport import TRANSPORT
 
 QUEUES = ("provider", "judge", "spawn", "aggregate")
 RUN_BATCH = "evalfarm.run_batch"
@@ -53,6 +54,8 @@ def create_app(settings: FarmSettings, pool: Pool | None = None) -> Celery:
     broker_url, broker_ssl = split_tls(settings.broker_url)
     backend_url, backend_ssl = split_tls(settings.result_backend)
     conf.update(broker_url=broker_url, result_backend=backend_url)
+    if broker_url and broker_url.startswith(("redis://", "rediss://")):
+        conf.update(broker_transport=TRANSPORT)  # kombu's Redis transport, safe on a full Redis
     if broker_ssl:
         conf.update(broker_use_ssl=broker_ssl)
     if backend_ssl:

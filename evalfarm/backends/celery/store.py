@@ -25,6 +25,10 @@ from ..store import RunStore, cost_meta
 from .redis_tls import split_tls
 
 RUNS_INDEX = "ef:runs"
+PLANNING_TTL_S = 600  # a plan being stored expires this long after its last chunk unless completed
+PLAN_PARTS = ("meta", "state", "items", "order")
+DATA_PARTS = ("items", "order", "results", "rmeta", "counts", "pending", "report:head", "report:body",
+              "claim:aggregate", "blob:summary", "blob:markdown")
 # every key of a run (claims and blobs by name): expire_run touches these and nothing else
 PARTS = ("meta", "state", "items", "order", "results", "rmeta", "counts", "pending", "report:head",
          "report:body", "claim:aggregate", "blob:summary", "blob:markdown", "lock:resume")
@@ -129,17 +133,31 @@ class RedisStore(RunStore):
 
     def create_run(self, run_id: str, meta: dict[str, Any]) -> None:
         pipe = self.r.pipeline()
-        pipe.set(_k(run_id, "meta"), json.dumps(meta))
-        pipe.set(_k(run_id, "state"), meta.get("state", ""))
+        pipe.set(_k(run_id, "meta"), json.dumps(meta), ex=PLANNING_TTL_S)
+        pipe.set(_k(run_id, "state"), meta.get("state", ""), ex=PLANNING_TTL_S)
         pipe.zadd(RUNS_INDEX, {run_id: time.time()})
         pipe.execute()
 
     def add_items(self, run_id: str, items: list[tuple[str, str]]) -> None:
+        """A chunk of the plan; the plan's keys expire unless more chunks (and ``persist_plan``) follow."""
         if items:
             pipe = self.r.pipeline(transaction=False)
             pipe.hset(_k(run_id, "items"), mapping=dict(items))
             pipe.rpush(_k(run_id, "order"), *[k for k, _ in items])
+            for part in PLAN_PARTS:
+                pipe.expire(_k(run_id, part), PLANNING_TTL_S)
             pipe.execute()
+
+    def persist_plan(self, run_id: str) -> None:
+        pipe = self.r.pipeline(transaction=False)
+        for part in PLAN_PARTS:
+            pipe.persist(_k(run_id, part))
+        pipe.execute()
+
+    def discard_plan(self, run_id: str) -> int:
+        stored = int(self.r.llen(_k(run_id, "order")))
+        self.r.delete(*[_k(run_id, part) for part in DATA_PARTS])
+        return stored
 
     def get_meta(self, run_id: str) -> dict[str, Any] | None:
         raw = self.r.get(_k(run_id, "meta"))

@@ -31,7 +31,7 @@ log = get_logger("evalfarm.tasks")
 T = TypeVar("T")
 INFRA_ERRORS = (InfrastructureError, redis.exceptions.RedisError, OperationalError)
 RETRY_FIRST_S = 1.0
-RETRY_CAP_S = 30.0
+RETRY_CAP_S = 10.0  # a task notices a recovered Redis within 10 s
 
 
 def what_to_do(exc: BaseException) -> str:
@@ -45,7 +45,7 @@ def what_to_do(exc: BaseException) -> str:
 
 
 def until_done(task: str, run_id: str, fn: Callable[[], T], sleep: Callable[[float], None] = time.sleep) -> T:
-    """Run ``fn`` until it gets past infrastructure errors (backoff 1, 2, 4 ... 30 s)."""
+    """Run ``fn`` until it gets past infrastructure errors (backoff 1, 2, 4, 8, 10, 10 ... s)."""
     delay, attempt = RETRY_FIRST_S, 0
     while True:
         try:
