@@ -16,6 +16,7 @@ from typing import Any, Iterable, Iterator
 
 import redis
 
+from ...core.plan import store_rows
 from ...engine.items import Engine
 from ...errors import EXIT_INTERNAL, EvalfarmError, FarmError, InfrastructureError
 from ...redact import redact
@@ -26,7 +27,7 @@ from .app import AGGREGATE, JUDGE_BATCH, RUN_BATCH, create_app
 from .broker_scan import broker_keys, keys_in_broker
 from .room import full, no_room, run_bytes
 from .settings import FarmSettings, pick_batch_size
-from .store import store_for
+from .store import probe, store_for
 from .transport import is_oom
 
 
@@ -88,17 +89,19 @@ class _Guard:
 class CeleryBackend:
     mode = "redis"
 
-    def __init__(self, settings: FarmSettings) -> None:
+    def __init__(self, settings: FarmSettings, connect_timeout_s: float | None = None) -> None:
         self.settings = settings
+        url = settings.run_store_url
+        print(f"evalfarm: connecting to {redact(url)} ...", file=sys.stderr, flush=True)
+        try:
+            probe(url, connect_timeout_s if connect_timeout_s is not None else settings.connect_timeout_s)
+        except Exception as exc:
+            raise FarmError(f"cannot reach the run store at {redact(url)}: "
+                            f"{redact(str(exc)).rstrip('.')}; is Redis running? (--broker / EVALFARM_BROKER_URL)") from None
         self.app = create_app(settings)
-        self.store = store_for(settings.run_store_url)
+        self.store = store_for(url)
         self._meta: dict[str, dict[str, Any]] = {}
         self._suspects: dict[str, set[str]] = {}  # run -> items nobody held at the last stall check
-        try:
-            self.store.ping()
-        except Exception as exc:
-            raise FarmError(f"cannot reach the run store at {redact(settings.run_store_url)}: "
-                            f"{redact(str(exc)).rstrip('.')}; is Redis running? (--broker / EVALFARM_BROKER_URL)") from None
 
     # -- submit ---------------------------------------------------------------------------
     def start(self, plan: Plan, engine: Engine | None = None, on_progress: ProgressFn | None = None) -> None:
@@ -121,7 +124,7 @@ class CeleryBackend:
         delay = float(os.environ.get("EVALFARM_FAILPOINT_PLAN_DELAY_S", "0") or 0)
         try:
             for chunk in batched(chain(sample, items), max(batch_size, 1000 // batch_size * batch_size)):
-                self.store.add_items(run_id, [(i.key, i.to_json()) for i in chunk])
+                self.store.add_items(run_id, *store_rows(chunk))
                 guard.check()
                 if delay:
                     time.sleep(delay)

@@ -22,6 +22,7 @@ class FarmSettings:
     time_limit_s: float | None = None  # a batch's items must finish within this (the pool's soft limit)
     idle_warning_s: float = 30.0  # warn when nothing has finished after this long (no worker?)
     stall_notice_s: float = 20.0  # say why when a run has not moved for this long (full Redis, lost items)
+    connect_timeout_s: float = 10.0  # an unreachable broker fails within this (EVALFARM_CONNECT_TIMEOUT)
 
     @property
     def effective_store_url(self) -> str | None:
@@ -54,6 +55,7 @@ class FarmSettings:
             visibility_timeout=env_int("EVALFARM_VISIBILITY_TIMEOUT", 900, 1, 7 * 86400),
             visibility_explicit="EVALFARM_VISIBILITY_TIMEOUT" in env,
             stall_notice_s=env_int("EVALFARM_STALL_NOTICE_S", 20, 1, 86400),
+            connect_timeout_s=float(env_int("EVALFARM_CONNECT_TIMEOUT", 10, 1, 3600)),
         )
         values.update(overrides)
         return cls(**values)
