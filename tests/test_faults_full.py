@@ -17,6 +17,7 @@ import redis
 
 from conftest import EVALFARM, env_for, run_cli
 from test_faults import PLUGINS, check_exactly_once, counts, make_spec, wait_for
+from test_faults_control import said
 
 
 def squeeze(r: redis.Redis, room: int = 0) -> None:
@@ -37,7 +38,7 @@ def test_run_that_will_not_fit_is_refused(tmp_path, redis_server):
     spec = make_spec(tmp_path, n=30000, adapter="slow:1")  # ~70 MB with results; the plan alone ~22 MB
     t0 = time.monotonic()
     res = run_cli("run", str(spec), "--no-save", "--timeout", "30", broker=redis_server.url, **PLUGINS)
-    lines = res.stderr.strip().splitlines()
+    lines = said(res.stderr)
     assert res.returncode == 2 and len(lines) == 1, (res.returncode, res.stderr[-1500:])
     assert "needs about" in lines[0] and "maxmemory 20.0 MB" in lines[0] and "CONFIG SET maxmemory" in lines[0]
     assert time.monotonic() - t0 < 20
@@ -54,7 +55,7 @@ def test_plan_failing_half_way_leaves_nothing_without_expiry(tmp_path, redis_ser
     wait_for(lambda: any(k.endswith(b":order") for k in r.scan_iter("ef:run:*")), timeout=30, every=0.02)
     squeeze(r)  # another tenant filled Redis while the plan was being stored
     _, err = proc.communicate(timeout=60)
-    lines = err.strip().splitlines()
+    lines = said(err)
     assert proc.returncode == 2 and len(lines) == 1, (proc.returncode, err[-1500:])
     assert "ran out of memory while storing the plan" in lines[0] and "partial plan is removed" in lines[0]
     keys = run_keys(r)
@@ -78,7 +79,7 @@ def test_coordinator_dying_while_planning_then_resume(tmp_path, redis_server):
     assert keys and all(ttl > 0 for ttl in keys.values()), keys  # a dead planner's keys expire
     run_id = next(k.split(":")[2] for k in keys)
     res = run_cli("resume", run_id, "--no-save", broker=redis_server.url, **PLUGINS)
-    lines = res.stderr.strip().splitlines()
+    lines = said(res.stderr)
     assert res.returncode == 2 and len(lines) == 1, res.stderr
     assert "stopped while planning" in lines[0] and "marked failed" in lines[0] and "run the spec again" in lines[0]
     keys = run_keys(r)
@@ -109,7 +110,7 @@ def test_redis_full_mid_run_workers_stay_and_run_finishes(tmp_path, redis_server
     r.config_set("maxmemory", 0)  # the operator makes room
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-2000:]
-    assert "Redis is out of memory" in err and "is moving again" in err, err[-2000:]
+    assert "Redis is at its memory limit" in err and "Redis has room again" in err, err[-2000:]
     assert [w.proc.poll() for w in workers] == [None, None]
     check_exactly_once(json.loads(out), spec, 2000)
     assert counts(redis_server.url, run_id)["done"] == 2000

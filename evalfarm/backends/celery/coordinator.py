@@ -250,7 +250,7 @@ class CeleryBackend:
         started = time.monotonic()
         complete_since: float | None = None
         warned = False
-        moved_at, last, diagnosis = time.monotonic(), None, None
+        moved_at, checked_at, last, diagnosis = time.monotonic(), time.monotonic(), None, None
         while True:
             if self.store.report_size(run_id):
                 if on_progress is not None:
@@ -269,10 +269,13 @@ class CeleryBackend:
                       "(evalfarm worker --broker ...)", file=sys.stderr, flush=True)
             now = (p.done, p.executed, p.pending_judge)
             if now != last:
-                if diagnosis is not None:
-                    say(f"run {run_id} is moving again ({p.done:,}/{p.total:,} done)")
-                moved_at, last, diagnosis = time.monotonic(), now, None
-            elif p.executed and time.monotonic() - moved_at > self.settings.stall_notice_s:
+                moved_at, last = time.monotonic(), now
+            # every stall_notice_s; once Redis was found full, every second while the run moves again,
+            # so the user hears at once that it has room
+            moving = time.monotonic() - moved_at < 1.0
+            every = 1.0 if diagnosis == "full" and moving else self.settings.stall_notice_s
+            if time.monotonic() - checked_at > every and (p.done < p.total or diagnosis == "full"):
+                checked_at = time.monotonic()
                 diagnosis = self._diagnose(run_id, p, time.monotonic() - moved_at, diagnosis)
             if p.done >= p.total:
                 complete_since = complete_since or time.monotonic()
@@ -284,16 +287,23 @@ class CeleryBackend:
                                 f"'evalfarm status {run_id}' shows where it stands")
             time.sleep(poll_s)
 
-    def _diagnose(self, run_id: str, p: Progress, quiet_s: float, said: str | None) -> str:
-        """Why a run has not moved for a while, said once per reason: a full Redis (workers keep
-        their tasks and go on when it has room), or items nobody holds (the broker lost them)."""
+    def _diagnose(self, run_id: str, p: Progress, quiet_s: float, said: str | None) -> str | None:
+        """Checked every ``stall_notice_s`` while a run is not complete; each reason is said once:
+        Redis at its memory limit (workers keep their tasks and go on when it has room), or items
+        that nobody holds while the run has not moved (the broker lost them)."""
         why = full(self.store.r)
         if why is not None:
             if said != "full":
-                say(f"run {run_id} has not moved for {quiet_s:.0f} s ({p.done:,}/{p.total:,} done): {why}, so "
-                    "workers cannot record results; they keep their tasks and retry. Raise maxmemory (redis-cli "
-                    "CONFIG SET maxmemory ...) or free memory, and the run goes on by itself")
+                say(f"run {run_id} ({p.done:,}/{p.total:,} done): {why}, so workers cannot record results; "
+                    "they keep their tasks and retry. Raise maxmemory (redis-cli CONFIG SET maxmemory ...) or "
+                    "free memory, and the run goes on by itself")
             return "full"
+        if said == "full":
+            say(f"run {run_id}: Redis has room again; the run goes on ({p.done:,}/{p.total:,} done)")
+            said = None
+        if quiet_s < self.settings.stall_notice_s or not p.executed:
+            self._suspects.pop(run_id, None)
+            return said if said != "stalled" else None
         missing, judge_missing, _, _ = self.missing(run_id)
         # a task a worker took while Redis was full is recorded as in its hands at the next sweep
         # (<= 10 s): only items missing at two checks in a row are lost
@@ -306,7 +316,7 @@ class CeleryBackend:
                     f"queued, nor in a worker's hands (the broker lost them); 'evalfarm resume {run_id}' "
                     "dispatches them")
             return "stalled"
-        return said or "slow"
+        return said
 
     def _late_cancel_notice(self, run_id: str) -> None:
         meta = self.store.get_meta(run_id) or {}

@@ -57,8 +57,11 @@ def no_room(r: redis.Redis, total: int, need: int) -> str | None:
 
 
 def full(r: redis.Redis) -> str | None:
-    """A one-line description of a full Redis, or None if it has room."""
+    """A one-line description of a Redis at its memory limit, or None if it has room. Near the
+    limit counts: writes fail while memory hovers around it (each ack frees a little, the next
+    write takes it back)."""
     m = memory(r)
-    if m is None or not m["max"] or m["used"] < m["max"] * 0.98:
+    if m is None or not m["max"] or m["used"] < m["max"] * 0.95:
         return None
-    return (f"Redis is out of memory (used {mb(m['used'])} of maxmemory {mb(m['max'])}, policy {m['policy']})")
+    return (f"Redis is at its memory limit (used {mb(m['used'])} of maxmemory {mb(m['max'])}, "
+            f"policy {m['policy']})")
