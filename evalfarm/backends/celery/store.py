@@ -22,7 +22,7 @@ from redis.retry import Retry
 
 from ...core.report import PROMPTS_OPEN, REPORT_CLOSE
 from ..store import RunStore, cost_meta
-from .redis_tls import split_tls
+from .redis_tls import KEEPALIVE, SOCKET_TIMEOUT_S, split_tls
 
 RUNS_INDEX = "ef:runs"
 PLANNING_TTL_S = 600  # a plan being stored expires this long after its last chunk unless completed
@@ -123,7 +123,9 @@ class RedisStore(RunStore):
                                  supported_errors=(redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                                                    redis.exceptions.BusyLoadingError))
         self.r = redis.Redis.from_url(plain, **{"retry": retry, "health_check_interval": 10,
-                                                "socket_connect_timeout": 5, **tls, **kwargs})
+                                                "socket_connect_timeout": 5, "socket_timeout": SOCKET_TIMEOUT_S,
+                                                "socket_keepalive": True, "socket_keepalive_options": KEEPALIVE,
+                                                **tls, **kwargs})
         self._record = self.r.register_script(_RECORD_LUA)
         self._refresh = self.r.register_script(_REFRESH_LUA)
         self._release = self.r.register_script(_RELEASE_LUA)
