@@ -1,11 +1,11 @@
 """Will a run fit in Redis? The estimate checked before planning, and what a full Redis looks like.
 
-A run keeps in Redis its plan (each item's JSON and key, the plan's order), each item's
-outcome, the outcome again in the report's body, and a few counters per item. Measured here
-(redis 7, one adapter, outputs as long as the prompts): ~2.3 KB per item for 280-byte item
-JSON, ~4.2 KB for 860 bytes, i.e. 3.3 x the item's JSON + 1.4 KB. The estimate takes
-3.5 x + 1.5 KB from a sample of the plan's first items: a little pessimistic, since a model's
-answer can be longer than its prompt.
+A run keeps in Redis its plan (each item's JSON and key, the plan's order, its prompts), each
+item's outcome, the outcome and the prompt again in the report, and a few counters per item.
+Measured here (redis 7, one adapter, outputs as long as the prompts): 2.8 KB per item for
+300-byte item JSON, 6.3 KB for 880 bytes, 15.6 KB for 2.3 KB, i.e. about 6.5 x the item's JSON
++ 0.8 KB. The estimate takes 7 x + 1 KB from a sample of the plan's first items (9-15 % above
+those measures: a model's answer can be longer than its prompt).
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any, Iterable
 import redis
 
 MB = 1024 * 1024  # Redis reads "20mb" as 20 MiB
-PER_ITEM_FACTOR = 3.5
-PER_ITEM_BYTES = 1500
+PER_ITEM_FACTOR = 7.0
+PER_ITEM_BYTES = 1000
 
 
 def run_bytes(total: int, sample_sizes: Iterable[int]) -> int:
