@@ -128,9 +128,10 @@ def test_two_resumes_at_once_one_dispatches(tmp_path, redis_server, start_worker
     proc.wait(10)
     before = sum(queued_item_keys(redis_server.url).values())
     assert before < 400
-    a = spawn("resume", run_id, "--detach", url=redis_server.url, EVALFARM_FAILPOINT_DISPATCH_DELAY_S="0.1")
+    # each resume dispatches ~34 batches over ~10 s: longer than a second resume waits for the lock (5.5 s)
+    a = spawn("resume", run_id, "--detach", url=redis_server.url, EVALFARM_FAILPOINT_DISPATCH_DELAY_S="0.3")
     time.sleep(0.5)
-    b = spawn("resume", run_id, "--detach", url=redis_server.url, EVALFARM_FAILPOINT_DISPATCH_DELAY_S="0.1")
+    b = spawn("resume", run_id, "--detach", url=redis_server.url, EVALFARM_FAILPOINT_DISPATCH_DELAY_S="0.3")
     results = [exits_within(p, 60) for p in (a, b)]
     codes = sorted(code for code, _, _ in results)
     queued = queued_item_keys(redis_server.url)

@@ -114,3 +114,24 @@ def test_redis_full_mid_run_workers_stay_and_run_finishes(tmp_path, redis_server
     assert [w.proc.poll() for w in workers] == [None, None]
     check_exactly_once(json.loads(out), spec, 2000)
     assert counts(redis_server.url, run_id)["done"] == 2000
+
+
+def test_wait_says_to_resume_when_the_broker_lost_items(tmp_path, redis_server, start_worker):
+    """Items neither done, nor queued, nor in a worker's hands (the broker lost their messages, as
+    when a full Redis refused to record a task before this fix): `wait` says so and names `resume`,
+    which then finishes the run exactly."""
+    spec = make_spec(tmp_path, n=200, adapter="slow:5")
+    res = run_cli("run", str(spec), "--detach", "--batch-size", "20", broker=redis_server.url, **PLUGINS)
+    run_id = res.stdout.strip()
+    r = redis.Redis.from_url(redis_server.url)
+    for _ in range(3):
+        r.rpop("provider")  # three batches lost: 60 items nobody will run
+    start_worker(redis_server.url, concurrency=2, **PLUGINS)
+    waited = run_cli("wait", run_id, "--no-save", "--timeout", "15", broker=redis_server.url,
+                     EVALFARM_STALL_NOTICE_S="2", **PLUGINS)
+    assert waited.returncode == 2 and "not finished after 15 s" in waited.stderr, waited.stderr
+    assert "has stalled at 140/200: 60 items are neither done, nor queued" in waited.stderr, waited.stderr
+    assert f"'evalfarm resume {run_id}' dispatches them" in waited.stderr
+    res = run_cli("resume", run_id, "--json", "--no-save", "--timeout", "60", broker=redis_server.url, **PLUGINS)
+    assert res.returncode == 0, res.stderr
+    check_exactly_once(json.loads(res.stdout), spec, 200)
