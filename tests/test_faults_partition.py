@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import EVALFARM, ROOT, env_for, run_cli
+from conftest import EVALFARM, ROOT, env_for
 from evalfarm.core.report import stable_view
 from netns_hosts import Hosts, why_not
 from test_faults import make_spec
