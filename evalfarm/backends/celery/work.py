@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 from ...core.outcome import Outcome
 from ...core.plan import Item
 from ...engine import build_engine
+from ...errors import InfrastructureError
 from ...logs import get_logger
 from ...engine.cache import ResponseCache, SqliteCache
 from ...engine.items import Engine, bounded, within
@@ -128,8 +129,34 @@ def _record(store: RunStore, ctx: RunContext, run_id: str, outcomes: list[Outcom
             enqueue_aggregate: Callable[[str], None]) -> None:
     finished = store.record(run_id, [o.to_dict() for o in outcomes]) if outcomes \
         else store.counters(run_id).get("done", 0)
+    if finished < 0:  # the run's keys are gone (Redis lost its data): nothing to record into
+        log.warning("run_vanished", run_id=run_id, dropped=len(outcomes))
+        return
     if finished >= ctx.meta["total"] and store.claim(run_id, "aggregate"):
-        enqueue_aggregate(run_id)
+        try:
+            enqueue_aggregate(run_id)
+        except BaseException:  # the broker refused it: let the retried batch (or wait's kick) claim again
+            store.release(run_id, "aggregate")
+            raise
+
+
+async def _kept(coro: Awaitable[Outcome]) -> Outcome | InfrastructureError:
+    """An infrastructure failure (limiter, cache) is returned, not raised: the batch's other items
+    finish and are recorded, and the batch runs again for the rest (their results are not answers)."""
+    try:
+        return await coro
+    except InfrastructureError as exc:
+        return exc
+
+
+def _split(results: list[Outcome | InfrastructureError]) -> tuple[list[Outcome], list[InfrastructureError]]:
+    return [r for r in results if isinstance(r, Outcome)], [r for r in results if isinstance(r, InfrastructureError)]
+
+
+def _raise_for(failed: list[InfrastructureError], total: int) -> None:
+    if failed:
+        raise InfrastructureError(f"{len(failed)} of {total} items of the batch hit an infrastructure error "
+                                  f"(first: {failed[0]}); they stay unfinished and the batch runs again")
 
 
 def _deadline(time_limit_s: float | None) -> float | None:
@@ -154,8 +181,9 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     engine = ctx.engine
     deadline = _deadline(time_limit_s)
     start = time.perf_counter()  # an item's wait counts from here: it is in this worker's hands
-    outcomes = WORKER_LOOP.run(lambda: bounded(ctx.in_flight(max_in_flight), [
-        lambda i=i: within(deadline, ctx.held(engine.call(i, start)), i, "adapter") for i in items])) if items else []
+    outcomes, failed = _split(WORKER_LOOP.run(lambda: bounded(ctx.in_flight(max_in_flight), [
+        lambda i=i: _kept(within(deadline, ctx.held(engine.call(i, start)), i, "adapter")) for i in items]))
+        if items else [])
     needs_judge = [o for o in outcomes if o.error is None] if engine.judged else []
     judged_ids = {id(o) for o in needs_judge}
     final = [engine.decide(o) for o in outcomes if id(o) not in judged_ids]
@@ -163,6 +191,7 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
         store.put_pending(run_id, [o.to_dict() for o in needs_judge])
         enqueue_judge(run_id, [o.key for o in needs_judge] + sorted(pending))
     _record(store, ctx, run_id, final, enqueue_aggregate)
+    _raise_for(failed, len(items))
     return len(outcomes)
 
 
@@ -180,8 +209,9 @@ def execute_judge(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     pairs = [(Item.from_dict(json.loads(raw)), partial[k]) for k, raw in zip(partial, raws) if raw]
     engine = ctx.engine
     deadline = _deadline(time_limit_s)
-    judged = WORKER_LOOP.run(lambda: bounded(ctx.in_flight(max_in_flight), [
-        lambda i=i, o=o: within(deadline, ctx.held(engine.judge(i, o)), i, "judge", o) for i, o in pairs])) \
-        if pairs else []
+    judged, failed = _split(WORKER_LOOP.run(lambda: bounded(ctx.in_flight(max_in_flight), [
+        lambda i=i, o=o: _kept(within(deadline, ctx.held(engine.judge(i, o)), i, "judge", o)) for i, o in pairs]))
+        if pairs else [])
     _record(store, ctx, run_id, judged, enqueue_aggregate)
+    _raise_for(failed, len(pairs))
     return len(judged)
