@@ -140,6 +140,32 @@ def _record(store: RunStore, ctx: RunContext, run_id: str, outcomes: list[Outcom
             raise
 
 
+class _Progressive:
+    """A batch's items recorded as they finish, a few at a time, not all at the batch's end: the run's
+    progress (and the live bar) moves item by item, and a batch cut short keeps what it finished."""
+
+    EVERY_N, EVERY_S = 16, 0.25
+
+    def __init__(self, store: RunStore, ctx: "RunContext", run_id: str,
+                 enqueue_aggregate: Callable[[str], None]) -> None:
+        self.store, self.ctx, self.run_id, self.enqueue_aggregate = store, ctx, run_id, enqueue_aggregate
+        self.buffer: list[Outcome] = []
+        self.last = time.monotonic()
+        self.recorded = 0
+
+    async def add(self, outcome: Outcome) -> None:
+        self.buffer.append(outcome)
+        if len(self.buffer) >= self.EVERY_N or time.monotonic() - self.last >= self.EVERY_S:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if not self.buffer:
+            return
+        batch, self.buffer, self.last = self.buffer, [], time.monotonic()
+        self.recorded += len(batch)
+        await asyncio.to_thread(_record, self.store, self.ctx, self.run_id, batch, self.enqueue_aggregate)
+
+
 async def _kept(coro: Awaitable[Outcome]) -> Outcome | InfrastructureError:
     """An infrastructure failure (limiter, cache) is returned, not raised: the batch's other items
     finish and are recorded, and the batch runs again for the rest (their results are not answers)."""
@@ -181,16 +207,32 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     engine = ctx.engine
     deadline = _deadline(time_limit_s)
     start = time.perf_counter()  # an item's wait counts from here: it is in this worker's hands
-    outcomes, failed = _split(WORKER_LOOP.run(lambda: bounded(ctx.in_flight(max_in_flight), [
-        lambda i=i: _kept(within(deadline, ctx.held(engine.call(i, start)), i, "adapter")) for i in items]))
-        if items else [])
-    needs_judge = [o for o in outcomes if o.error is None] if engine.judged else []
-    judged_ids = {id(o) for o in needs_judge}
-    final = [engine.decide(o) for o in outcomes if id(o) not in judged_ids]
-    if needs_judge or pending:
-        store.put_pending(run_id, [o.to_dict() for o in needs_judge])
-        enqueue_judge(run_id, [o.key for o in needs_judge] + sorted(pending))
-    _record(store, ctx, run_id, final, enqueue_aggregate)
+    progress = None if engine.judged else _Progressive(store, ctx, run_id, enqueue_aggregate)
+
+    async def one(item: Item) -> Outcome | InfrastructureError:
+        result = await _kept(within(deadline, ctx.held(engine.call(item, start)), item, "adapter"))
+        if progress is not None and isinstance(result, Outcome):
+            await progress.add(engine.decide(result))
+        return result
+
+    async def batch() -> list[Outcome | InfrastructureError]:
+        try:
+            return await bounded(ctx.in_flight(max_in_flight), [lambda i=i: one(i) for i in items])
+        finally:
+            if progress is not None:
+                await progress.flush()
+
+    outcomes, failed = _split(WORKER_LOOP.run(batch) if items else [])
+    if progress is None:
+        needs_judge = [o for o in outcomes if o.error is None]
+        judged_ids = {id(o) for o in needs_judge}
+        final = [engine.decide(o) for o in outcomes if id(o) not in judged_ids]
+        if needs_judge or pending:
+            store.put_pending(run_id, [o.to_dict() for o in needs_judge])
+            enqueue_judge(run_id, [o.key for o in needs_judge] + sorted(pending))
+        _record(store, ctx, run_id, final, enqueue_aggregate)
+    elif not progress.recorded:  # nothing new (a redelivered, finished batch): is the run complete?
+        _record(store, ctx, run_id, [], enqueue_aggregate)
     _raise_for(failed, len(items))
     return len(outcomes)
 
