@@ -270,3 +270,33 @@ def check_prompt_unchanged(state_dir: Path | str, version: Any) -> None:
             f"({clash['prompt_hash'][:19]} -> {version.hash[:19]}); a version is immutable: save the change "
             f"as a new version (e.g. {version.path.parent / ('<new>' + version.path.suffix)}) and point "
             "current or --prompt-version at it", path=str(version.path))
+
+
+def list_lines(state_dir: Path, spec: str | None = None, tag: str | None = None) -> list[str]:
+    """``evalfarm ls``: id, finished, spec, result, path, figures, prompt, baselines (tab-separated)."""
+
+    if not runs_dir(state_dir).is_dir() and not (Path(state_dir) / DB_NAME).is_file():
+        return []
+    registry = Registry(state_dir)
+    names = registry.baseline_names()
+    out = []
+    for e in registry.runs(spec=spec, tag=tag):
+        figures = " ".join(f"{a}={f['overall']:.3f}" if f.get("overall") is not None else f"{a}=n/a"
+                           for a, f in (e.get("figures") or {}).items())
+        prompt = f"{e['prompt_name']}@{e['prompt_version']}" if e.get("prompt_name") else "-"
+        out.append("\t".join([e["run_id"], e.get("finished_at") or "", e.get("spec_name") or "", e["result"],
+                              e.get("artifact_path") or "", figures, prompt,
+                              ",".join(names.get(e["run_id"], [])) or "-"]))
+    if spec is None and tag is None:  # saved files the registry could not read
+        known = {e["run_id"] for e in registry.runs()}
+        out += [f"{p.stem}\t\t\tUNREADABLE\t{p}" for p in list_runs(state_dir) if p.stem not in known]
+    return out
+
+
+def baseline_lines(state_dir: Path) -> list[str]:
+
+    if not (Path(state_dir) / DB_NAME).is_file():
+        return []
+    return ["\t".join([e["baseline_name"], e["run_id"], e["promoted_at"], e.get("spec_name") or "",
+                       e.get("result") or "", e.get("artifact_path") or ""])
+            for e in Registry(state_dir).baselines()]

@@ -52,7 +52,6 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
     from ..spec.prompts import dataset_hash, version_for
     from .console import LiveProgress
     from .deliver import finish
-    from .farm import still_running
 
     if (spec_path is None) == (not datasets):
         raise EvalfarmError("give a SPEC file or --dataset CASES (with --model), not both and not neither")
@@ -126,6 +125,8 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
         try:
             orchestrator.wait(plan.run_id, bar.update, timeout_s)
         except KeyboardInterrupt:
+            from .farm import still_running
+
             still_running(plan.run_id)
     prompt_info = {"dataset_hash": dataset_hash(source.selected()) if not no_save else None,
                    "prompt": version.info() if version is not None else None}

@@ -5,8 +5,9 @@ task (``route_spawn``, called by ``_dispatch``) to the ``spawn`` queue, on its o
 ``EVALFARM_SPAWN_BROKER_URL`` is set (see pools.py: Redis redelivers by visibility timeout, and
 spawn tasks outlive the other pools'). A spawn worker (``spawn_worker_app``) consumes only that
 queue, prefetch 1, acks late; it runs the item through the same ``work.execute_batch`` as every
-other item (a finished item is skipped, so a redelivered task is counted once), and sends the
-judge and aggregate tasks to the main broker.
+other item (a finished item is skipped, so a redelivered task is counted once; an infrastructure
+error is retried like every task's, ``tasks.until_done``), and sends the judge and aggregate tasks
+to the main broker.
 
 Two things are specific to agents:
 
@@ -43,6 +44,7 @@ from .pools import Pool
 from .redis_tls import split_tls
 from .settings import FarmSettings, check_redis_url
 from .store import store_for
+from .tasks import until_done
 
 log = get_logger("evalfarm.spawn")
 UNACKED_INDEX = "unacked_index"  # kombu's Redis transport (Channel.unacked_index_key)
@@ -203,8 +205,8 @@ def register_spawn(app: Celery, settings: FarmSettings, spawn: FarmSettings) -> 
             prune("task")
             # no batch deadline: the agent's own timeout (timeout_s) bounds the item, and the lease keeps
             # the message while it runs
-            return work.execute_batch(store_for(url), run_id, keys, settings.max_in_flight, enqueue_aggregate,
-                                      enqueue_judge, None, url)
+            return until_done(SPAWN_ITEM, run_id, lambda: work.execute_batch(
+                store_for(url), run_id, keys, settings.max_in_flight, enqueue_aggregate, enqueue_judge, None, url))
 
 
 def spawn_worker_app(settings: FarmSettings, pool: Pool) -> Celery:
