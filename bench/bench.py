@@ -282,7 +282,8 @@ def main() -> None:
     parser.add_argument("--farm-items", type=int, default=100_000)
     parser.add_argument("--chord-items", type=int, default=10_000,
                         help="size of the bare-chord reference in the farm section")
-    parser.add_argument("--only", choices=["whole", "foundation", "providers", "farm", "scaling"], action="append",
+    parser.add_argument("--only", choices=["whole", "foundation", "providers", "farm", "scaling", "spawn"],
+                        action="append",
                         help="run only these sections (default: all)")
     parser.add_argument("--before", type=Path, help="a checkout of an earlier commit (with its own .venv): the "
                                                      "whole-process section times it too, side by side")
@@ -292,7 +293,7 @@ def main() -> None:
         tmp = Path(d)
         redis = Redis(tmp)
         try:
-            sections = args.only or ["whole", "foundation", "providers", "farm", "scaling"]
+            sections = args.only or ["whole", "foundation", "providers", "farm", "scaling", "spawn"]
             results = {}
             if "whole" in sections:
                 from bench import whole
@@ -305,6 +306,11 @@ def main() -> None:
                 results["farm"] = farm(redis, tmp, args.farm_items, env, args.chord_items)
             if "scaling" in sections:
                 results["scaling"] = scaling(redis, tmp, 4000, env)
+            if "spawn" in sections:  # coding agents: bench/spawn.py
+                from bench import spawn as spawn_bench
+
+                redis.flush()
+                results["spawn"] = spawn_bench.spawn(redis.url, tmp, env, start_worker, stop_worker)
         finally:
             redis.stop()
     print(f"\ncoordinator (this process) peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")

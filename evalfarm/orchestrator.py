@@ -39,7 +39,7 @@ class Orchestrator:
                cache: ResponseCache | None = None, on_progress: ProgressFn | None = None,
                run_id: str | None = None) -> Plan:
         """Validate, plan and hand the plan to the backend (the in-process backend runs it now)."""
-        engine = build_engine(spec, where, adapters=adapters, judge=judge, cache=cache)
+        engine = build_engine(spec, where, adapters=adapters, judge=judge, cache=cache, preflight=True)
         plan = plan_run(spec, source, engine, trials, options, run_id)
         self.backend.start(plan, engine, on_progress)
         return plan

@@ -14,10 +14,20 @@ escape    write into $HOME, $XDG_CONFIG_HOME, $TMPDIR and ../ (outside the workt
 orphan    start a background child (same process group), write its pid to ARG, exit 0 at once
 stdin     read stdin to its end (hangs unless stdin is closed), then exit 0
 sleep     sleep ARG seconds, then like ok
+trace     append "start <pid> <time>" to the file ARG, sleep ARG2 seconds (with ARG3 "once": only when
+          ARG had no start yet, else 0.5 s), then like ok, then append "end <pid> <time>" (counts
+          invocations and how many ran at once)
+git       [LOG SECONDS] like trace (when given), then edit, `git add -A` and `git commit` in its worktree
+          (its own index and HEAD)
+prompt    PROMPT: the mode and its arguments are the last line of PROMPT (spawn tests put them in the task)
+netprobe  GET ARG (the model endpoint's /models), connect to 127.0.0.1:ARG2 and to 10.255.255.1:80,
+          resolve example.com; what reached what goes into final_message as JSON; then like ok
 """
 import json
 import os
 import signal
+import socket
+import urllib.request
 import subprocess
 import sys
 import time
@@ -36,8 +46,32 @@ def edit() -> None:
     p.write_text(p.read_text().replace('"hello"', '"hello, world"'))
 
 
+def probe(models_url: str, other_port: int) -> dict:
+    out = {}
+    try:
+        with urllib.request.urlopen(models_url, timeout=5) as r:
+            out["model"] = r.status
+    except Exception as exc:  # noqa: BLE001
+        out["model"] = f"{type(exc).__name__}: {exc}"
+    for name, addr in (("other_port", ("127.0.0.1", other_port)), ("outside", ("10.255.255.1", 80))):
+        try:
+            socket.create_connection(addr, timeout=2).close()
+            out[name] = "connected"
+        except OSError as exc:
+            out[name] = f"{type(exc).__name__}: {exc}"
+    try:
+        out["dns"] = socket.gethostbyname("example.com")
+    except OSError as exc:
+        out["dns"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
 def main() -> int:
     mode, usage_file = sys.argv[1], sys.argv[2]
+    if mode == "prompt":
+        words = sys.argv[3].strip().splitlines()[-1].split()
+        sys.argv = [sys.argv[0], words[0], usage_file, *words[1:]]
+        mode = words[0]
     if mode == "ok":
         edit()
         usage(usage_file)
@@ -75,6 +109,29 @@ def main() -> int:
         time.sleep(float(sys.argv[3]))
         edit()
         usage(usage_file)
+    elif mode == "trace":
+        first = not os.path.exists(sys.argv[3])
+        with open(sys.argv[3], "a") as fh:
+            fh.write(f"start {os.getpid()} {time.time():.3f}\n")
+        once = sys.argv[5:6] == ["once"]  # sleep only on the first start (a redelivered run is quick)
+        time.sleep(float(sys.argv[4]) if first or not once else 0.5)
+        edit()
+        usage(usage_file)
+        with open(sys.argv[3], "a") as fh:
+            fh.write(f"end {os.getpid()} {time.time():.3f}\n")
+    elif mode == "git":
+        if len(sys.argv) > 4:
+            with open(sys.argv[3], "a") as fh:
+                fh.write(f"start {os.getpid()}\n")
+            time.sleep(float(sys.argv[4]))
+        edit()
+        ident = ["-c", "user.email=fake@agent", "-c", "user.name=fake"]
+        subprocess.run(["git", *ident, "add", "-A"], check=True)
+        subprocess.run(["git", *ident, "commit", "-qm", "fake agent edit"], check=True)
+        usage(usage_file)
+    elif mode == "netprobe":
+        usage(usage_file, final_message=json.dumps(probe(sys.argv[3], int(sys.argv[4]))))
+        edit()
     else:
         print(f"unknown mode {mode}", file=sys.stderr)
         return 2

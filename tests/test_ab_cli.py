@@ -56,7 +56,7 @@ def test_variant_mode_table_and_json(tmp_path):
     (["--suite", SUITE, "--arm-a", "terse", "--arm-b", "terse"], "both 'terse'"),
     (["--suite", SUITE, "--arm-a", "balanced", "--arm-b", "terse", "--arms", "3"], "pass --arm-a baseline"),
     (["--suite", SUITE, "--arm-a", "balanced", "--arm-b", "terse", "--executor", "spawn"],
-     "--executor spawn is not available yet"),
+     "--executor spawn needs a spawn suite"),
     (["--suite", SUITE, "--arm-a", "balanced", "--arm-b", "terse", "--price", "1,2"],
      "--price only applies with --executor provider"),
     (["--suite", SUITE, "--arm-a", "balanced", "--arm-b", "terse", "--executor", "provider"],

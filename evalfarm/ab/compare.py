@@ -72,7 +72,7 @@ def arm_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if not quality_ok:
         not_measured["quality"] = _reason(rows, "passed", "not_scored")
     passes = sum(1 for r in rows if r.get("passed") is True)
-    return {
+    figures = {
         "runs": runs,
         "tasks": len({r["task"] for r in rows}),
         "tokens_measured": tokens_ok,
@@ -86,6 +86,22 @@ def arm_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "pass_rate": rnd(passes / runs) if quality_ok else None,
         "not_measured": not_measured,
     }
+    if any("agent" in r for r in rows):  # spawn arms: coding agents in worktrees
+        figures.update(agent_figures(rows))
+    return figures
+
+
+def agent_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A spawn arm's agents (name and version), the models they used, and the medians of turns,
+    tool calls and diff size over its measured runs (None when no run was measured)."""
+    def med(field: str) -> float | None:
+        values = [r[field] for r in rows if isinstance(r.get(field), (int, float)) and not isinstance(r[field], bool)]
+        return rnd(median(values)) if values else None
+
+    return {"agents": sorted({f"{r['agent']} {r.get('agent_version') or '?'}" for r in rows if r.get("agent")}),
+            "models_used": sorted({m for r in rows for m in (r.get("models") or []) if isinstance(m, str)}),
+            "median_turns": med("turns"), "median_tool_calls": med("tool_calls"),
+            "median_diff_lines": med("diff_lines"), "median_diff_files": med("diff_files")}
 
 
 def _passed(row: dict[str, Any]) -> float:

@@ -17,9 +17,9 @@ The package declares them as ``evalfarm.adapters`` entry points (pyproject.toml)
 engine's registry (and every worker) finds them the way it finds any plug-in: the core
 never names the A/B harness.
 
-An ``ArmExecutor`` is the plug-in point: synthetic and provider exist today; the spawn
-executor (agents in git worktrees, a later issue) implements the same protocol, with
-``anchor`` joining runs to the rows the agent runtime wrote in the production ledger.
+An ``ArmExecutor`` is the plug-in point: synthetic, provider (provider.py) and spawn (spawn.py:
+coding agents in git worktrees) implement it; ``load_suite`` reads the suite format the executor
+runs, ``anchor`` writes one ledger row per run and returns the references.
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from ..spec.models import PromptSpec
 from . import ledger as ledger_mod
 from . import paths
 from .profiles import by_addendum
+from .tasks import load_suite
 
 
 # USD per million tokens, fixed and recorded in every synthetic artifact.
@@ -120,9 +121,12 @@ class ArmRun:
 
 
 class ArmExecutor(Protocol):
-    """What suite mode needs from an executor. Implementations: synthetic, provider; spawn later."""
+    """What suite mode needs from an executor. Implementations: synthetic, provider, spawn."""
 
     kind: str
+
+    def load_suite(self, path: Path) -> Any:
+        """The validated suite (name, scorer, tasks with ids, content_hash()) in this executor's format."""
 
     def adapter(self) -> Any:
         """The adapter entry of the farm's spec (an id or an AdapterSpec), resolvable on every worker."""
@@ -140,6 +144,9 @@ class ArmExecutor(Protocol):
 class _RowWriter:
     kind = "abstract"
     deterministic = True
+
+    def load_suite(self, path: Path) -> Any:
+        return load_suite(path)
 
     def row_for(self, run: ArmRun, plan_id: str) -> dict[str, Any]:
         o = run.outcome
@@ -188,13 +195,3 @@ class SyntheticExecutor(_RowWriter):
             raise UsageError(f"--ledger {ledger}: synthetic figures never go to the production spend ledger; "
                              f"use the default {paths.synthetic_ledger()} or another file")
         return super().anchor(runs, ledger, plan_id)
-
-
-class SpawnExecutor:
-    """Agents in git worktrees: a later issue. Refuses honestly instead of faking runs."""
-
-    kind = "spawn"
-
-    def __init__(self, *_: Any, **__: Any) -> None:
-        raise UsageError("--executor spawn is not available yet (the git-worktree agent executor is a later "
-                         "issue); use --executor synthetic or --executor provider")

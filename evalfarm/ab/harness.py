@@ -19,12 +19,13 @@ from ..errors import SpecError, UsageError
 from ..orchestrator import Runner
 from ..spec.models import EvalSpec, PromptSpec
 from ..spec.sourcemap import line_for, load_yaml, read_text
+from ..spec.suite import SpawnTask
 from . import artifact as artifact_mod
 from . import audit, compare, pair_index, paths
 from . import ledger as ledger_mod
 from .executors import ArmExecutor, ArmRun
 from .profiles import CONTROL, Profile, profile
-from .tasks import Task, load_suite, load_tasks, load_variant
+from .tasks import load_tasks, load_variant
 
 RunSpec = Callable[[EvalSpec, int], tuple[str, list[dict[str, Any]]]]
 
@@ -44,9 +45,16 @@ def assertions(expected: str | None, scorer: str) -> dict[str, Any]:
             "expected_output_regex": r"\A\s*" + re.escape(expected.strip()) + r"\s*\Z"}
 
 
-def _prompts(arms: list[tuple[str, str | None]], tasks: list[Task], scorer: str) -> list[PromptSpec]:
-    return [PromptSpec(id=f"{arm}/{t.id}", text=t.input, system=system, tags=[f"ab-arm:{arm}"],
-                       **assertions(t.expected, scorer))
+def _fields(task: Any, scorer: str) -> dict[str, Any]:
+    """What a task asks: a prompt suite's input and the scorer's assertions, or a spawn task's prompt,
+    check, setup and budget (spec/suite.py)."""
+    if isinstance(task, SpawnTask):
+        return {"text": task.prompt, "check": task.check, "setup": task.setup, "timeout_s": task.timeout_s}
+    return {"text": task.input, **assertions(task.expected, scorer)}
+
+
+def _prompts(arms: list[tuple[str, str | None]], tasks: list[Any], scorer: str) -> list[PromptSpec]:
+    return [PromptSpec(id=f"{arm}/{t.id}", system=system, tags=[f"ab-arm:{arm}"], **_fields(t, scorer))
             for arm, system in arms for t in tasks]
 
 
@@ -95,7 +103,7 @@ def run_suite(*, suite_path: Path, arm_a: str, arm_b: str, arms: int = 2, trials
               executor: ArmExecutor, role: str = "backend", ledger: Path | None = None,
               reports_dir: Path | None = None, audit_dir: Path | None = None,
               run_spec: RunSpec = inprocess, before_emit: Callable[[bytes], None] | None = None) -> SuiteResult:
-    suite = load_suite(suite_path)
+    suite = executor.load_suite(suite_path)
     reports_dir = Path(reports_dir) if reports_dir else paths.reports_dir()
     audit_dir = Path(audit_dir) if audit_dir else paths.audit_dir()
     suite_arms, pairs = plan_arms(arm_a, arm_b, arms)
@@ -114,7 +122,7 @@ def run_suite(*, suite_path: Path, arm_a: str, arm_b: str, arms: int = 2, trials
     header["plan"] = plan_id
     spec = EvalSpec(name=f"ab-{suite.name}", lineage_tag=f"ab:{plan_id[:12]}", adapters=[executor.adapter()],
                     prompts=_prompts([(a.name, a.profile.addendum) for a in suite_arms], suite.tasks, suite.scorer),
-                    trials=trials)
+                    trials=trials, workspace=getattr(suite, "workspace", None))
     run_id, outcomes = run_spec(spec, trials)
 
     order = {a.name: i for i, a in enumerate(suite_arms)}

@@ -12,8 +12,8 @@ from .detect import agents_dir, detect, install_hint, require
 from .errors import AgentNotInstalled, AgentOutputError, AgentSetupError, SandboxError
 from .registry import AGENTS, get_driver, resolve
 from .runner import AgentRun, run_agent
-from .sandbox import Sandbox, prune_stale, sandbox
+from .sandbox import Sandbox, prune_dead, prune_stale, sandbox
 
 __all__ = ["AGENTS", "AgentNotInstalled", "AgentOutputError", "AgentRequest", "AgentRun", "AgentSetupError",
            "AgentUsage", "Driver", "Invocation", "Price", "Sandbox", "SandboxError", "Scratch", "agents_dir",
-           "detect", "get_driver", "install_hint", "prune_stale", "require", "resolve", "run_agent", "sandbox"]
+           "detect", "get_driver", "install_hint", "prune_dead", "prune_stale", "require", "resolve", "run_agent", "sandbox"]

@@ -15,7 +15,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ._compat import redact
 from .base import AgentRequest, AgentUsage, Driver, Scratch
@@ -104,8 +104,9 @@ def _mask(text: str, env: dict[str, str]) -> str:
 
 def run_agent(driver: Driver, request: AgentRequest, workdir: Path, scratch: Scratch, *, timeout_s: float,
               binary: Path | None = None, version: str | None = None, out_dir: Path | None = None,
-              kill_grace_s: float = 2.0) -> AgentRun:
-    """Run ``driver``'s agent once in ``workdir`` with ``scratch`` as its HOME/XDG/TMPDIR."""
+              kill_grace_s: float = 2.0, wrap: Callable[[list[str]], list[str]] | None = None) -> AgentRun:
+    """Run ``driver``'s agent once in ``workdir`` with ``scratch`` as its HOME/XDG/TMPDIR. ``wrap`` may put
+    the argv inside something (a network namespace: netns.py); the wrapper leads the process group."""
     if binary is None:
         binary, version = resolve(driver)
     scratch.create()
@@ -121,7 +122,8 @@ def run_agent(driver: Driver, request: AgentRequest, workdir: Path, scratch: Scr
     stdout_path, stderr_path = out_dir / f"{driver.name}.stdout", out_dir / f"{driver.name}.stderr"
     started = time.monotonic()
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-        proc = subprocess.Popen(invocation.argv, cwd=workdir, env=invocation.env, stdin=subprocess.DEVNULL,
+        argv = wrap(invocation.argv) if wrap is not None else invocation.argv
+        proc = subprocess.Popen(argv, cwd=workdir, env=invocation.env, stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=err, start_new_session=True, close_fds=True)
     timed_out = False
     try:

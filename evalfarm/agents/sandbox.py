@@ -8,15 +8,19 @@ Layout, under ``$EVALFARM_SPAWN_DIR`` (default ``<tmp>/evalfarm-spawn``)::
                                    between concurrent runs on one repo)
       home/ tmp/ evalfarm/         the agent's HOME (with XDG dirs) and TMPDIR, our private files
 
-A worker killed mid-run leaves such a dir and a worktree entry in the repo; ``prune_stale`` (run at
-worker start) removes dirs whose owner process is gone and runs ``git worktree prune``. No hooks run
+A worker killed mid-run leaves such a dir and a worktree entry in the repo, and its agent still running
+(the agent leads its own session); ``prune_dead`` (run at spawn-worker start, any repo) and
+``prune_stale`` (one repo) kill what still works in a dead owner's dir, remove the dir and run
+``git worktree prune``. No hooks run
 while we create the worktree (``core.hooksPath=/dev/null``).
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -47,9 +51,41 @@ def _start_time(pid: int) -> str | None:
         return None
 
 
-def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*_GIT, "-C", str(repo), *args], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+# git's worktree admin is not safe against itself: a `worktree add` that lists the repo's worktrees
+# while another one is half-created fails ("failed to read .git/worktrees/wt-x/commondir"), seen with
+# 24 sandboxes at once. So worktree commands take a lock on the repo's directory (flock: no file is
+# written into the repo, released when a process dies) and a transient failure is retried.
+_TRANSIENT = ("failed to read", "could not lock", "unable to create", "index.lock", "cannot lock")
+
+
+@contextmanager
+def _repo_lock(repo: Path) -> Iterator[None]:
+    try:
+        fd = os.open(repo, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # no such repo: let git say so
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _git(repo: Path, *args: str, attempts: int = 4) -> subprocess.CompletedProcess:
+    def once() -> subprocess.CompletedProcess:
+        return subprocess.run([*_GIT, "-C", str(repo), *args], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+
+    if args[:1] != ("worktree",):
+        return once()
+    for attempt in range(attempts):
+        with _repo_lock(repo):
+            done = once()
+        if done.returncode == 0 or not any(t in done.stderr.lower() for t in _TRANSIENT):
+            return done
+        time.sleep(0.05 * 2 ** attempt)
+    return done
 
 
 def _rmtree(path: Path) -> None:
@@ -121,6 +157,58 @@ def _owner_alive(owner: dict) -> bool:
     return isinstance(pid, int) and _start_time(pid) is not None and _start_time(pid) == owner.get("start")
 
 
+def processes_in(root: Path) -> list[int]:
+    """Live processes working in ``root`` (their cwd is inside it) or started with its private HOME:
+    an agent (and its children) left running by a worker that died."""
+    root_s = str(root)
+    home = f"HOME={root / 'home'}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd").removesuffix(" (deleted)")
+        except OSError:
+            cwd = ""
+        hit = cwd == root_s or cwd.startswith(root_s + "/")
+        if not hit:
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    hit = home in f.read().split(b"\0")
+            except OSError:
+                pass
+        if hit:
+            found.append(int(entry))
+    return found
+
+
+def kill_processes_in(root: Path) -> int:
+    """SIGKILL every process ``processes_in`` finds; returns how many."""
+    pids = processes_in(root)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(pids)
+
+
+def _owner(root: Path) -> dict | None:
+    try:
+        owner = json.loads((root / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return owner if isinstance(owner, dict) else None
+
+
+def _remove_dead(root: Path, repo: Path | None) -> None:
+    kill_processes_in(root)
+    if repo is not None:
+        for wt in root.glob("wt-*"):
+            _git(repo, "worktree", "remove", "--force", "--force", str(wt))
+    _rmtree(root)
+
+
 def prune_stale(repo: Path, parent: Path | None = None, min_age_s: float = 60.0) -> list[Path]:
     """Remove scratch dirs of ``repo`` whose owner process is gone, then ``git worktree prune``.
     A dir without a readable marker (its owner died while creating it) goes once older than
@@ -129,18 +217,43 @@ def prune_stale(repo: Path, parent: Path | None = None, min_age_s: float = 60.0)
     parent = parent or scratch_parent()
     removed = []
     for root in sorted(parent.glob(PREFIX + "*")) if parent.is_dir() else []:
-        try:
-            owner = json.loads((root / MARKER).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        owner = _owner(root)
+        if owner is None:
             if time.time() - root.stat().st_mtime > min_age_s:
-                _rmtree(root)
+                _remove_dead(root, None)
                 removed.append(root)
             continue
         if owner.get("repo") != str(repo) or _owner_alive(owner):
             continue
-        for wt in root.glob("wt-*"):
-            _git(repo, "worktree", "remove", "--force", "--force", str(wt))
-        _rmtree(root)
+        _remove_dead(root, repo)
         removed.append(root)
     _git(repo, "worktree", "prune")
+    return removed
+
+
+def prune_dead(parent: Path | None = None, min_age_s: float = 60.0) -> list[Path]:
+    """``prune_stale`` for every repo: what a spawn worker runs at start, when it cannot know which repos
+    the dead runs used (each dir's marker names it). Returns the dirs removed."""
+    parent = parent or scratch_parent()
+    removed, repos = [], set()
+    for root in sorted(parent.glob(PREFIX + "*")) if parent.is_dir() else []:
+        owner = _owner(root)
+        if owner is None:
+            try:
+                old = time.time() - root.stat().st_mtime > min_age_s
+            except OSError:
+                continue
+            if old:
+                _remove_dead(root, None)
+                removed.append(root)
+            continue
+        if _owner_alive(owner):
+            continue
+        repo = Path(owner["repo"]) if isinstance(owner.get("repo"), str) else None
+        _remove_dead(root, repo if repo is not None and repo.is_dir() else None)
+        removed.append(root)
+        if repo is not None and repo.is_dir():
+            repos.add(repo)
+    for repo in sorted(repos):
+        _git(repo, "worktree", "prune")
     return removed

@@ -2,7 +2,9 @@
 
 ``concurrency`` workers pull items from a bounded queue that the planner fills as it
 streams the prompts, so exactly ``concurrency`` calls are in flight at most and a
-100,000-prompt dataset is never a list. Every outcome goes into the same kind of run
+100,000-prompt dataset is never a list. An adapter that declares ``slots = (name, n)``
+(coding agents: ``("spawn", 2)``) runs at most ``n`` of its items at once, shared with every
+adapter naming the same slot: a machine runs two agents, not sixty-four. Every outcome goes into the same kind of run
 store the farm uses and the report comes from the same ``finalize``. SIGINT (Ctrl-C) or
 SIGTERM stops the run: the calls in flight are cancelled, nothing more is sent, and what
 finished becomes a partial report that says ``interrupted``.
@@ -65,9 +67,21 @@ class InProcessBackend:
             for _ in range(self.concurrency):
                 await queue.put(None)
 
+        slots: dict[str, asyncio.Semaphore] = {}
+        held = {}
+        for adapter_id, adapter in engine.adapters.items():
+            slot = getattr(adapter, "slots", None)
+            if slot:
+                held[adapter_id] = slots.setdefault(slot[0], asyncio.Semaphore(slot[1]))
+
         async def work() -> None:
             while (item := await queue.get()) is not None:
-                out: Outcome = await engine.run(item)
+                slot = held.get(item.adapter)
+                if slot is None:
+                    out: Outcome = await engine.run(item)
+                else:
+                    async with slot:
+                        out = await engine.run(item)
                 store.record(run_id, [out.to_dict()])
 
         async def report_progress() -> None:

@@ -17,7 +17,7 @@ from ..errors import UsageError
 VARIANT_FLAGS = ("variant_a", "variant_b", "tasks")
 SUITE_FLAGS = ("suite", "arm_a", "arm_b")
 SUITE_ONLY = ("arms", "trials", "executor", "model", "role", "timeout_s", "ledger", "reports_dir", "audit_dir",
-              "base_url", "api_key_env", "price")
+              "base_url", "api_key_env", "price", "agent")
 VARIANT_ONLY = ("scorer",)
 
 
@@ -103,6 +103,12 @@ def _print_suite(res) -> None:
     click.echo(f"{head}: {v['reason']}")
     for m in v["not_measured"]:
         click.echo(f"  not measured: {m['arm']} {m['axis']} ({m['reason']}, {m['runs_missing']} run(s))")
+    for name in a["arm_order"]:
+        f = a["arms"][name]
+        if "agents" in f:  # spawn arms
+            click.echo(f"{name:<10} agent {', '.join(f['agents']) or 'n/a'}; models {', '.join(f['models_used']) or 'n/a'}"
+                       f"; median turns {_fmt(f['median_turns'], '{:g}')}, tool calls "
+                       f"{_fmt(f['median_tool_calls'], '{:g}')}, diff lines {_fmt(f['median_diff_lines'], '{:g}')}")
     click.echo(f"artifact {res.path}")
     click.echo(f"audit entry {res.audit_entry['seq']}; ledger {res.ledger}")
 
@@ -138,20 +144,24 @@ dir_option = dict(type=click.Path(file_okay=False, path_type=Path))
 @click.option("--trials", type=click.IntRange(1, 1000), help="Trials per (arm, task) [default: 1].")
 @click.option("--executor", type=click.Choice(["synthetic", "provider", "spawn"]),
               help="synthetic: offline, deterministic; provider: a real OpenAI-compatible model; "
-                   "spawn: not available yet [default: synthetic].")
-@click.option("--model", help="Model for provider arms; the model label in the artifact.")
+                   "spawn: real coding agents in git worktrees (a spawn suite) [default: synthetic].")
+@click.option("--model", help="Model for provider and spawned arms (the pin); the model label in the artifact.")
+@click.option("--agent", help="Spawn executor: claude, codex, gemini, aider, opencode [default: the suite's agent "
+                              "adapter].")
 @click.option("--role", help="Agent role for spawned arms, recorded in the artifact [default: backend].")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
-              help="Max seconds to wait for the arms' items on the farm [default: 1800].")
+              help="Spawn: seconds per spawned task [default: 1800]; otherwise: max seconds to wait for the arms' "
+                   "items on the farm [default: 1800].")
 @click.option("--ledger", **path_option, help="Spend ledger [synthetic: STATE/ab/ledger.jsonl; provider: "
                                                "STATE/cost/ledger.jsonl; STATE: EVALFARM_STATE_DIR or .evalfarm].")
 @click.option("--reports-dir", **dir_option, help="Artifact directory [default: STATE/reports/eval_ab].")
 @click.option("--audit-dir", **dir_option, help="Audit chain directory [default: STATE/audit].")
-@click.option("--base-url", help="Provider executor: OpenAI-compatible base URL (or EVAL_BASE_URL).")
-@click.option("--api-key-env", help="Provider executor: NAME of the env variable holding the key "
-                                    "[default: EVAL_API_KEY].")
-@click.option("--price", help="Provider executor: INPUT,OUTPUT USD per million tokens (without it cost is "
-                              "not measured).")
+@click.option("--base-url", help="Provider executor: OpenAI-compatible base URL (or EVAL_BASE_URL); spawn: the "
+                                 "model endpoint the agent calls [default: the agent's own].")
+@click.option("--api-key-env", help="Provider/spawn executor: NAME of the env variable holding the key "
+                                    "[default: EVAL_API_KEY; spawn: the agent's own, e.g. ANTHROPIC_API_KEY].")
+@click.option("--price", help="Provider/spawn executor: INPUT,OUTPUT USD per million tokens (provider: without it "
+                              "cost is not measured; spawn: used when the agent reports no cost).")
 @click.option("--broker", envvar="EVALFARM_BROKER_URL", metavar="URL",
               help="redis://... to run the arms on workers; default: in this process, no server.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison JSON on stdout.")
@@ -187,10 +197,12 @@ def ab(ctx: click.Context, **opts: Any) -> None:
     stray = [k for k in wrong if k in given]
     if stray:
         raise UsageError(f"{', '.join(map(_flag, stray))} only applies to {'suite' if variant else 'variant'} mode")
-    if opts["executor"] != "provider":
+    if opts["executor"] not in ("provider", "spawn"):
         extra = [k for k in ("base_url", "api_key_env", "price") if k in given]
         if extra:
-            raise UsageError(f"{', '.join(map(_flag, extra))} only applies with --executor provider")
+            raise UsageError(f"{', '.join(map(_flag, extra))} only applies with --executor provider or spawn")
+    if opts["executor"] != "spawn" and "agent" in given:
+        raise UsageError("--agent only applies with --executor spawn")
     if variant:
         _variant_mode(opts)
     else:
@@ -211,20 +223,21 @@ def _variant_mode(o: dict[str, Any]) -> None:
 def _suite_mode(o: dict[str, Any]) -> None:
     from ..ab.choose import executor_for
     from ..ab.harness import plan_arms, run_suite
-    from ..ab.tasks import load_suite
 
     arms = int(o["arms"] or 2)
     plan_arms(o["arm_a"], o["arm_b"], arms)  # profile and arm errors before any work
+    spawn = o["executor"] == "spawn"
     executor = executor_for(o["executor"] or "synthetic", model=o["model"], base_url=o["base_url"],
                             api_key_env=o["api_key_env"], price=_price(o["price"]), role=o["role"] or "backend",
-                            timeout_s=o["timeout_s"] or 1800.0)
-    load_suite(o["suite"])
+                            timeout_s=o["timeout_s"], agent=o["agent"])
+    executor.load_suite(o["suite"])  # the suite (and, spawn, the repo, base and agent) before any work
     if o["output"] is not None and o["output"].is_dir():
         raise UsageError(f"--output {o['output']}: is a directory; give a file path")
     res = run_suite(suite_path=o["suite"], arm_a=o["arm_a"], arm_b=o["arm_b"], arms=arms, trials=o["trials"] or 1,
                     executor=executor, role=o["role"] or "backend", ledger=o["ledger"],
                     reports_dir=o["reports_dir"], audit_dir=o["audit_dir"],
-                    run_spec=_farm_runner(o["broker"], o["timeout_s"] or 1800.0, o["as_json"]))
+                    # spawn: --timeout bounds each task; the run takes as long as its tasks do
+                    run_spec=_farm_runner(o["broker"], None if spawn else o["timeout_s"] or 1800.0, o["as_json"]))
     _emit(res.data, o["output"], o["as_json"])
     if not o["as_json"]:
         _print_suite(res)

@@ -80,6 +80,11 @@ def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str
     spec = POOLS[pool]
     limit = float(os.environ.get("EVALFARM_TASK_TIME_LIMIT") or spec.soft_time_limit)
     settings = FarmSettings.from_env(broker_url=broker, time_limit_s=limit)
+    broker_of_queues = settings.broker_url
+    if pool == "spawn":  # its own broker (EVALFARM_SPAWN_BROKER_URL); dead runs' sandboxes pruned first
+        from ..backends.celery.spawn import spawn_broker_url, spawn_worker_app
+
+        broker_of_queues = spawn_broker_url(settings)
     if metrics_port is not None:
         from ..dashboard import metrics
         from ..engine import observe
@@ -89,8 +94,11 @@ def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str
         except OSError as exc:
             raise EvalfarmError(f"--metrics-port {metrics_port}: cannot listen ({exc.strerror}); pick another port")
         observe.install(metrics.PrometheusObserver())
-        metrics.sample_queues(settings.broker_url, {spec.name: spec.queues})
-    app = worker_app(settings, pool=spec)
+        metrics.sample_queues(broker_of_queues, {spec.name: spec.queues})
+    if pool == "spawn":
+        app = spawn_worker_app(settings, spec)
+    else:
+        app = worker_app(settings, pool=spec)
     app.worker_main(["worker", "-Q", ",".join(spec.queues), "-P", "threads",
                      "-c", str(concurrency or spec.concurrency), "--loglevel", loglevel,
                      "-n", f"{pool}-%i@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"])

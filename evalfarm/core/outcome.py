@@ -34,10 +34,15 @@ class Outcome:
     attempts: int | None = None
     cached: bool = False  # served by the response cache: tokens of the original call, cost 0
     error: dict[str, Any] | None = None
+    # a coding agent's run (spawn mode): agent, version, turns, tool calls, diff, check, ... (agents/adapter.py)
+    agent: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # shallow: dataclasses.asdict deep-copies every field and was 11% of an embedded run
-        return dict(self.__dict__)
+        data = dict(self.__dict__)
+        if data["agent"] is None:  # the outcomes of runs without agents stay the bytes they were
+            del data["agent"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Outcome":

@@ -112,6 +112,8 @@ class ReportBuilder:
             "cost": run_cost(per_adapter), "started_at": run["started_at"], "finished_at": run["finished_at"],
             "duration_s": round(run["duration_s"], 3), "items_planned": run["items_planned"],
             "items_done": self.count, "stopped": run.get("stopped"),
+            # spawn mode: the repo and the commit every agent started from (absent for other runs)
+            **({"workspace": spec.workspace.model_dump(mode="json")} if spec.workspace is not None else {}),
         }
 
 

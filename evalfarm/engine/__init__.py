@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from ..errors import SpecError
 from ..spec.models import EvalSpec
+from ..spec.sourcemap import dotted
 from .adapters import Adapter, CallableAdapter, Completion, MockAdapter
 from .cache import ResponseCache
 from .items import Engine
@@ -21,10 +22,15 @@ Where = Callable[..., dict[str, Any]]  # loc -> SpecError location keywords (Spe
 
 
 def build_engine(spec: EvalSpec, where: Where | None = None, *, adapters: dict[str, Adapter] | None = None,
-                 judge: Judge | None = None, cache: ResponseCache | None = None) -> Engine:
+                 judge: Judge | None = None, cache: ResponseCache | None = None, preflight: bool = False) -> Engine:
     """The spec's adapters and judge, resolved (or given, for the Python API). An unknown name or
-    an adapter missing its endpoint is a SpecError pointing at the spec's line."""
+    an adapter missing its endpoint is a SpecError pointing at the spec's line. An adapter may take
+    the spec's workspace (``use_workspace``: coding agents) and check, with ``preflight`` (where a run
+    is submitted, not on workers), what it needs from this host (``preflight()``: an agent CLI installed)."""
     where = where or (lambda *loc: {})
+    problem = spec.spawn_problem()
+    if problem is not None:
+        raise SpecError(problem[1], field=dotted(problem[0]), **where(*problem[0]))
     resolved: dict[str, Adapter] = {}
     for i, entry in enumerate(spec.adapters):
         adapter_id = entry if isinstance(entry, str) else entry.id
@@ -32,7 +38,11 @@ def build_engine(spec: EvalSpec, where: Where | None = None, *, adapters: dict[s
             resolved[adapter_id] = adapters[adapter_id]
             continue
         try:
-            resolved[adapter_id] = resolve_adapter(entry)
+            adapter = resolved[adapter_id] = resolve_adapter(entry)
+            if hasattr(adapter, "use_workspace"):
+                adapter.use_workspace(spec.workspace)
+            if preflight and hasattr(adapter, "preflight"):
+                adapter.preflight()
         except (UnknownPlugin, KeyError, ValueError) as exc:
             raise SpecError(str(exc.args[0] if exc.args else exc), field=f"adapters[{i}]",
                             **where("adapters", i)) from None

@@ -49,7 +49,7 @@ class Engine:
         return self.judge_ is not None
 
     async def _complete(self, item: Item, adapter: Adapter) -> tuple[Completion, bool]:
-        if self.cache is None:
+        if self.cache is None or not getattr(adapter, "cacheable", True):  # an agent run is never cached
             return await adapter.complete(item.prompt, item.trial), False
         key = request_key(adapter.config(), item.prompt, item.trial)
         hit = await self.cache.get(key)
@@ -75,6 +75,7 @@ class Engine:
         except Exception as exc:  # a provider failure is a runtime error, never a quality failure
             out.error = error_of(exc, "adapter")
             out.attempts = getattr(exc, "attempts", None)
+            out.agent = getattr(exc, "agent", None)  # what is known of a failed agent run
             return out
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         out.latency_ms = round(completion.meta.get("call_ms") or elapsed_ms, 3)
@@ -85,7 +86,12 @@ class Engine:
         out.cost_usd = completion.cost_usd
         out.attempts = completion.meta.get("attempts")
         out.golden_passed, out.golden_reason = golden_check(item.prompt, completion.text)
-        out.checks = run_checks(item.prompt, completion.text)
+        out.agent = completion.meta.get("agent")
+        # an adapter's own checks (an agent's `check` command) join the text checks: one verdict
+        out.checks = run_checks(item.prompt, completion.text) + list(completion.meta.get("checks") or ())
+        if item.prompt.check and "checks" not in completion.meta:  # never a silent pass
+            out.checks.append({"kind": "command", "passed": False, "format": False,
+                               "reason": "this adapter does not run check commands (agents do: provider: agent)"})
         failed = next((c for c in out.checks if not c["passed"]), None)
         if out.golden_passed and failed is not None:
             out.golden_passed, out.golden_reason = False, f"check {failed['kind']}: {failed['reason']}"

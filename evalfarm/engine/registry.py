@@ -28,6 +28,7 @@ Factory = Callable[[Any], Any]
 _BUILTIN_ADAPTERS: dict[str, str] = {
     "mock": "evalfarm.engine.adapters:MockAdapter",
     "openai": "evalfarm.providers.openai:OpenAIAdapter",
+    "agent": "evalfarm.agents.adapter:AgentAdapter",  # coding agents in git worktrees (spawn mode)
 }
 _BUILTIN_JUDGES: dict[str, str] = {
     "mock": "evalfarm.engine.judges:MockJudge",

@@ -19,7 +19,9 @@ from .dataset import check_duplicates, is_case_yaml, iter_jsonl, load_any
 from .models import AdapterSpec, EvalSpec, JudgeSpec
 from .source import PromptSource
 from .sourcemap import check_regular_file, line_for, load_yaml, read_text
+from .suite import is_suite, suite_spec
 from .validation import spec_error
+from .workspace import resolve_workspace
 
 
 HOLD_BYTES = 4 << 20  # JSONL datasets up to this size are held after validation, larger ones streamed
@@ -94,11 +96,16 @@ def source_for(spec: EvalSpec, base_dir: Path, spec_path: Path | None = None,
 
 
 def open_spec(path: Path | str) -> SpecFile:
-    """Load and fully validate a spec file, its dataset and merged prompts."""
+    """Load and fully validate a spec file (or a spawn suite, spec/suite.py), its dataset and merged
+    prompts, and its workspace (the repo exists, the base is pinned to a commit)."""
     path = Path(path)
     data, lines = load_yaml(read_text(path), path)
-    spec = parse_spec(data, path=path, lines=lines)
-    return SpecFile(spec, source_for(spec, path.parent, path, lines), path, lines)
+    if is_suite(data):
+        spec, lines = suite_spec(data, path, lines)
+    else:
+        spec = parse_spec(data, path=path, lines=lines)
+    sf = SpecFile(spec, source_for(spec, path.parent, path, lines), path, lines)
+    return sf.with_spec(resolve_workspace(spec, path.parent, sf.where))
 
 
 def load_spec(path: Path | str) -> EvalSpec:

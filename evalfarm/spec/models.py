@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 
 def check_regex(value: str | None) -> str | None:
@@ -102,8 +102,23 @@ Check = Annotated[Union[JsonCheck, OneOfCheck, ContainsCheck, NotContainsCheck, 
 FORMAT_CHECKS = ("json", "one_of", "json_schema", "max_chars")
 
 
+def _drop_unset(data: Any, names: tuple[str, ...]) -> Any:
+    """Spawn-mode fields are left out of a dump while unset, so the item keys and spec hashes of
+    specs without agents are the same bytes as before those fields existed."""
+    if isinstance(data, dict):
+        for name in names:
+            if data.get(name) is None:
+                data.pop(name, None)
+    return data
+
+
+SPAWN_PROMPT_FIELDS = ("check", "setup", "timeout_s")
+
+
 class PromptSpec(_Model):
-    """One prompt (or case): its input, golden assertions, checks and rubric criteria."""
+    """One prompt (or case): its input, golden assertions, checks and rubric criteria. For an agent
+    (spawn mode) ``text`` is the task, ``check`` a shell command run in the agent's worktree after it
+    exits (exit 0 passes), ``setup`` one run before it, ``timeout_s`` the task's budget."""
 
     id: str = Field(min_length=1)
     text: str
@@ -115,6 +130,13 @@ class PromptSpec(_Model):
     criteria: list[Criterion] = Field(default_factory=list)
     # a reply cut at max_tokens (finish_reason "length") fails as truncation unless the case allows it
     allow_truncation: bool = False
+    check: str | None = Field(default=None, min_length=1)
+    setup: str | None = Field(default=None, min_length=1)
+    timeout_s: float | None = Field(default=None, gt=0, le=7 * 86400)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        return _drop_unset(handler(self), SPAWN_PROMPT_FIELDS)
 
     @field_validator("criteria")
     @classmethod
@@ -173,12 +195,56 @@ class _Endpoint(_Model):
         return check_base_url(value)
 
 
+AGENTS = ("claude", "codex", "gemini", "aider", "opencode", "command")  # evalfarm/agents/registry.py's
+# each agent's own key variable (the drivers' key_env): an agent adapter's default api_key_env
+AGENT_KEY_ENVS = {"claude": "ANTHROPIC_API_KEY", "codex": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY",
+                  "aider": "OPENAI_API_KEY", "opencode": "OPENAI_API_KEY"}
+AGENT_TIMEOUT_S = 1800.0  # an agent adapter's default timeout_s: the budget of one spawned task
+
+
 class AdapterSpec(_Endpoint):
-    """A model under test behind an OpenAI-compatible endpoint."""
+    """A model under test behind an OpenAI-compatible endpoint, or (``provider: agent``) a coding agent
+    run in a git worktree of the spec's ``workspace``: ``agent`` names its CLI, ``template`` is the
+    command line of ``agent: command``, ``args`` go to the agent's argv; ``base_url`` is the model
+    endpoint the agent calls (unset: the agent's own default) and ``timeout_s`` the task budget."""
 
     id: str = Field(min_length=1)
     provider: str = "openai"
     model: str = Field(min_length=1)
+    agent: Literal["claude", "codex", "gemini", "aider", "opencode", "command"] | None = None
+    template: str | None = Field(default=None, min_length=1)
+    args: list[str] | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        return _drop_unset(handler(self), ("agent", "template", "args"))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _agent_defaults(cls, data: Any) -> Any:
+        """An agent's defaults are written into the spec (they travel to the workers as they are): a task
+        budget of 1800 s, and the agent's own key variable (ANTHROPIC_API_KEY for claude, ...)."""
+        if isinstance(data, dict) and data.get("provider") == "agent":
+            data = dict(data)
+            data.setdefault("timeout_s", AGENT_TIMEOUT_S)
+            if data.get("agent") in AGENT_KEY_ENVS:
+                data.setdefault("api_key_env", AGENT_KEY_ENVS[data["agent"]])
+        return data
+
+    @model_validator(mode="after")
+    def _agent_fields(self) -> "AdapterSpec":
+        if self.provider == "agent":
+            if self.agent is None:
+                raise ValueError("provider agent needs 'agent': one of " + ", ".join(AGENTS))
+            if (self.agent == "command") != (self.template is not None):
+                raise ValueError("'template' (a command line with {prompt}) goes with agent: command, and only there")
+        elif self.agent is not None or self.template is not None or self.args is not None:
+            raise ValueError("'agent', 'template' and 'args' go with provider: agent")
+        return self
+
+    @property
+    def is_agent(self) -> bool:
+        return self.provider == "agent"
 
 
 class JudgeSpec(_Endpoint):
@@ -210,6 +276,26 @@ class Thresholds(_Model):
     max_regressions: int = Field(default=0, ge=0)
 
 
+class Workspace(_Model):
+    """Where agents work (spawn mode): ``repo`` (a local path, relative to the spec, or a git URL) at
+    ``base`` (a commit or ref, resolved to a commit when the spec is loaded, so every trial and worker
+    starts from the same tree). ``env`` names variables passed through to the agent, ``check`` and
+    ``setup`` (nothing else of the caller's environment is); ``isolation: netns`` runs the agent in
+    a network namespace that reaches only the model endpoint."""
+
+    repo: str = Field(min_length=1)
+    base: str = Field(min_length=1)
+    isolation: Literal["worktree", "netns"] = "worktree"
+    env: list[str] = Field(default_factory=list)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            check_env_name(name)
+        return value
+
+
 class EvalSpec(_Model):
     """A whole suite: what to ask, whom, how to score and what must hold."""
 
@@ -222,6 +308,11 @@ class EvalSpec(_Model):
     thresholds: Thresholds = Field(default_factory=Thresholds)
     trials: int = Field(default=1, ge=1, le=1000)
     prompt: str | None = Field(default=None, min_length=1)  # NAME or NAME@VERSION in prompts/ (prompt_store.py)
+    workspace: Workspace | None = None  # spawn mode: the repo and commit agents work in
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        return _drop_unset(handler(self), ("workspace",))
 
     @field_validator("adapters")
     @classmethod
@@ -250,3 +341,24 @@ class EvalSpec(_Model):
     @property
     def adapter_ids(self) -> list[str]:
         return [a if isinstance(a, str) else a.id for a in self.adapters]
+
+    def spawn_problem(self) -> tuple[tuple, str] | None:
+        """(where, what) when agents and a workspace do not go together: agents need a workspace, a
+        workspace runs agents only, and check/setup/timeout_s are for agents. The loader reports it
+        with the line (spec/load.py); the engine refuses such a spec built in Python."""
+        agents = [isinstance(a, AdapterSpec) and a.is_agent for a in self.adapters]
+        if any(agents) and self.workspace is None:
+            return (("adapters", agents.index(True)),
+                    "agent adapters work in a git worktree: add workspace: {repo: PATH-OR-URL, base: REF}")
+        if self.workspace is not None and not all(agents):
+            i = agents.index(False)
+            entry = self.adapters[i]
+            return (("adapters", i), f"a spec with a workspace runs coding agents only; adapter "
+                    f"{entry if isinstance(entry, str) else entry.id!r} is not one (provider: agent, "
+                    "agent: claude|codex|gemini|aider|opencode|command)")
+        for i, p in enumerate(self.prompts):
+            if (p.check or p.setup or p.timeout_s) and self.workspace is None:
+                field = "check" if p.check else "setup" if p.setup else "timeout_s"
+                return (("prompts", i, field), f"only agents run {field}: add workspace: {{repo, base}} and "
+                                               "agent adapters (provider: agent)")
+        return None

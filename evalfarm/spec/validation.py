@@ -1,6 +1,7 @@
 """Pydantic errors turned into one line that names the field the user wrote, and its line."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -48,6 +49,14 @@ def message(err: dict, model: type[BaseModel]) -> str:
 
 
 _UNION_TAGS = {"str", "AdapterSpec", "JudgeSpec", "PromptSpec"}
+_VALIDATOR_TAG = re.compile(r"(\w+)\]+$")  # the model a validator wraps, last in the tag
+
+
+def _tag(part: Any) -> Any:
+    """A union branch's tag as its model name (``function-after[_v(), function-before[_w(), AdapterSpec]]``
+    -> ``AdapterSpec``): a model with validators is tagged by them."""
+    m = _VALIDATOR_TAG.search(part) if isinstance(part, str) and part.startswith("function-") else None
+    return m.group(1) if m else part
 
 
 def useful_errors(errors: list[dict]) -> list[dict]:
@@ -56,7 +65,7 @@ def useful_errors(errors: list[dict]) -> list[dict]:
     the location, so the message names the real field and line."""
     kept = []
     for err in errors:
-        loc = tuple(err["loc"])
+        loc = tuple(_tag(p) for p in err["loc"])
         if "str" in loc and isinstance(err.get("input"), dict):
             continue
         if "AdapterSpec" in loc and loc[-1] == "AdapterSpec" and isinstance(err.get("input"), str):

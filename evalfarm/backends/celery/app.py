@@ -13,6 +13,7 @@ QUEUES = ("provider", "judge", "spawn", "aggregate")
 RUN_BATCH = "evalfarm.run_batch"
 JUDGE_BATCH = "evalfarm.judge_batch"
 AGGREGATE = "evalfarm.aggregate"
+SPAWN_ITEM = "evalfarm.spawn_item"  # one coding-agent item per task (spawn.py)
 
 
 def transport_options(visibility_timeout: int) -> dict:
@@ -44,7 +45,7 @@ def create_app(settings: FarmSettings, pool: Pool | None = None) -> Celery:
         task_queues=[Queue(q, Exchange(q, type="direct"), routing_key=q) for q in QUEUES],
         task_default_exchange="provider", task_default_routing_key="provider",
         task_routes={RUN_BATCH: {"queue": "provider"}, JUDGE_BATCH: {"queue": "judge"},
-                     AGGREGATE: {"queue": "aggregate"}},
+                     AGGREGATE: {"queue": "aggregate"}, SPAWN_ITEM: {"queue": "spawn"}},
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,  # a partitioned worker reconnects whenever the link is back
         broker_transport_options=transport_options(settings.visibility_timeout),

@@ -27,6 +27,7 @@ from .app import AGGREGATE, JUDGE_BATCH, RUN_BATCH, create_app
 from .broker_scan import broker_keys, keys_in_broker
 from .room import full, no_room, run_bytes
 from .settings import FarmSettings, pick_batch_size
+from .spawn import route_spawn, spawn_keys_in_broker
 from .store import probe, store_for
 from .transport import is_oom
 
@@ -172,6 +173,7 @@ class CeleryBackend:
         run_id = guard.run_id
         # fault injection for the crash tests: slow dispatch down so a coordinator can die mid-way
         delay = float(os.environ.get("EVALFARM_FAILPOINT_DISPATCH_DELAY_S", "0") or 0)
+        batches = route_spawn(self.settings, self.store, run_id, batches)  # agent items: one task each, spawn queue
         sent = 0
         try:
             with self.app.producer_or_acquire() as producer:
@@ -336,7 +338,7 @@ class CeleryBackend:
             self.store.release(run_id, "aggregate")  # a full Redis: the next kick tries again
 
     def in_broker(self, run_id: str) -> set[str]:
-        return keys_in_broker(self.store.r, run_id)[0]
+        return keys_in_broker(self.store.r, run_id)[0] | spawn_keys_in_broker(self.settings, run_id)
 
     def _take_lock(self, run_id: str) -> str:
         """The run's dispatch lock; a dead holder's lock expires within ``LOCK_TTL_S``, so wait that

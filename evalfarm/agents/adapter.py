@@ -1,0 +1,252 @@
+"""``provider: agent``: a coding agent as an adapter of the engine. One ``complete`` is one spawn task.
+
+A task runs in a throw-away worktree of the spec's workspace at its pinned commit, with a private
+HOME/XDG/TMPDIR and an allow-listed environment: ``setup`` (if any), the agent (its profile
+addendum is ``PromptSpec.system``), then the diff against the base (figures, and the patch stored
+content-addressed, blobs.py), then ``check`` (exit 0 passes; the output's tail kept, the whole of
+it stored). The sandbox goes afterwards, always.
+
+The check's verdict reaches the item through ``Completion.meta["checks"]`` (the engine adds it to
+the text checks); usage, diff, check and versions through ``Completion.meta["agent"]`` (the item's
+``agent`` record). A failed setup, an agent's non-zero exit, a timeout or output we cannot read
+raise ``AgentRunError``: a runtime error of the item, never a quality failure. A failed check is
+quality. Cost is the agent's own when it reports one, else priced from the adapter's ``price``,
+else not measured (``cost_source`` None).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..engine.adapters import Completion
+from ..providers.access import key_for
+from ..redact import register_secret_env
+from ..spec.models import AdapterSpec, PromptSpec, Workspace
+from . import blobs, netns
+from .base import AgentRequest, Price
+from .diff import capture
+from .errors import AgentOutputError, AgentSetupError, SandboxError
+from .registry import get_driver, resolve
+from .repos import local_repo
+from .runner import AgentRun, run_agent
+from .sandbox import kill_processes_in, sandbox
+from .shell import run_shell, shell_env
+
+CHECK_MIN_S = 60.0  # a check always gets at least this long, whatever the agent left of the budget
+ADAPTER_VERSION = 1
+_SECRETISH = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|SESSION|COOKIE|PRIVATE", re.I)
+
+
+class AgentRunError(Exception):
+    """The task could not be measured (setup failed, the agent exited non-zero, timed out, printed
+    what its driver cannot read): a runtime error. ``agent`` is what is known of the run."""
+
+    def __init__(self, message: str, agent: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.agent = agent
+
+
+def spawn_concurrency() -> int:
+    """Agent tasks at once in one process of the embedded backend (EVALFARM_SPAWN_CONCURRENCY, default 2)."""
+    try:
+        return max(1, int(os.environ.get("EVALFARM_SPAWN_CONCURRENCY") or 2))
+    except ValueError:
+        return 2
+
+
+def allowed_env(names: list[str]) -> tuple[str, ...]:
+    """The workspace's ``env`` names, refusing secret-looking ones unless this host allows them
+    (EVALFARM_SPAWN_ENV_ALLOW, comma-separated): a shared farm runs other people's specs."""
+    allow = {n.strip() for n in os.environ.get("EVALFARM_SPAWN_ENV_ALLOW", "").split(",") if n.strip()}
+    for name in names:
+        if _SECRETISH.search(name) and name not in allow:
+            raise AgentSetupError(f"workspace env {name} looks like a secret and is not passed to agents on this "
+                                  "host; add it to EVALFARM_SPAWN_ENV_ALLOW where the agents run to allow it")
+    return tuple(names)
+
+
+class AgentAdapter:
+    """A coding agent under test: ``{id, provider: agent, agent: claude|codex|gemini|aider|opencode|command,
+    model, template (command), args, base_url, api_key_env, price, timeout_s}``."""
+
+    cacheable = False  # an agent run is never answered from the response cache
+
+    def __init__(self, entry: "AdapterSpec | str") -> None:
+        if isinstance(entry, str) or not entry.is_agent:
+            raise KeyError(f"adapter {entry if isinstance(entry, str) else entry.id!r}: an agent adapter is an "
+                           "object {id: ..., provider: agent, agent: claude, model: ...}")
+        self.id, self.spec = entry.id, entry
+        try:
+            self.driver = get_driver(entry.agent or "", entry.template)
+        except AgentSetupError as exc:
+            raise ValueError(str(exc)) from None
+        # the spec wrote the agent's defaults in (AdapterSpec): 1800 s and the agent's own key variable
+        self.timeout_s = entry.timeout_s
+        self.key_from = entry.api_key_env
+        register_secret_env(self.key_from)
+        self.workspace: Workspace | None = None
+        self.slots = ("spawn", spawn_concurrency())  # the embedded backend's cap, shared by every agent adapter
+        self._binary: tuple[Path, str | None] | None = None
+
+    # -- set-up ----------------------------------------------------------------------------------
+    def use_workspace(self, workspace: Workspace | None) -> None:
+        """The spec's workspace (build_engine hands it over): the repo and commit every task starts from."""
+        self.workspace = workspace
+
+    def preflight(self) -> None:
+        """Before anything is queued: the agent is installed, its key variable and the workspace's env
+        are allowed here, netns can be made. Raises ValueError (one line; the engine adds the spec line)."""
+        try:
+            self._resolve()
+            self._key_var()
+            if self.workspace is not None:
+                allowed_env(self.workspace.env)
+                if self.workspace.isolation == "netns":
+                    if not self.spec.base_url:
+                        raise AgentSetupError("isolation netns needs the adapter's base_url (the one endpoint the "
+                                              "agent may reach)")
+                    why = netns.available()
+                    if why:
+                        raise AgentSetupError(why)
+        except (AgentSetupError, SandboxError) as exc:
+            raise ValueError(str(exc)) from None
+        except Exception as exc:  # KeyRefused and the like: a configuration problem of this host
+            raise ValueError(str(exc)) from None
+
+    def _resolve(self) -> tuple[Path, str | None]:
+        if self._binary is None:
+            self._binary = resolve(self.driver)
+        return self._binary
+
+    def _key_var(self) -> str:
+        key_for(self.key_from, self.spec.base_url or "")  # the allow-lists of providers/access.py
+        return self.key_from
+
+    def config(self) -> dict[str, Any]:
+        s, ws = self.spec, self.workspace
+        return {"kind": "agent", "version": ADAPTER_VERSION, "id": self.id, "agent": s.agent, "pin": self.driver.pin,
+                "model": s.model, "template": s.template, "args": s.args, "base_url": s.base_url,
+                "price": s.price.model_dump() if s.price else None, "timeout_s": self.timeout_s,
+                "workspace": ws.model_dump(mode="json") if ws else None}
+
+    # -- one task --------------------------------------------------------------------------------
+    async def complete(self, prompt: PromptSpec, trial: int) -> Completion:
+        """The task runs in a thread; cancelling it (Ctrl-C on an embedded run) kills what runs in its
+        sandbox, so the thread ends and the sandbox goes at once rather than after the agent's timeout."""
+        state: dict[str, Any] = {}
+        try:
+            return await asyncio.to_thread(self.run_task, prompt, trial, state)
+        except asyncio.CancelledError:
+            state["cancelled"] = True
+            if "root" in state:
+                kill_processes_in(state["root"])
+            raise
+
+    def run_task(self, prompt: PromptSpec, trial: int, state: dict[str, Any] | None = None) -> Completion:
+        state = {} if state is None else state
+        ws = self.workspace
+        if ws is None:
+            raise AgentSetupError(f"adapter {self.id!r}: no workspace (the spec's workspace: {{repo, base}})")
+        binary, version = self._resolve()
+        self._key_var()
+        pass_env = allowed_env(ws.env)
+        repo, commit = local_repo(ws.repo, ws.base)
+        budget = prompt.timeout_s or self.timeout_s
+        deadline = time.monotonic() + budget
+        info: dict[str, Any] = {"agent": self.driver.name, "version": version, "model": self.spec.model,
+                                "isolation": ws.isolation, "base": commit}
+        with sandbox(repo, commit) as box:
+            info["sandbox"] = box.root.name
+            state["root"] = box.root
+            env = shell_env(box.scratch.env(), pass_env)
+            if prompt.setup:
+                setup = run_shell(prompt.setup, box.worktree, env, budget, box.scratch.private / "setup.out")
+                info["setup"] = {"exit_code": setup.exit_code, "timed_out": setup.timed_out, "wall_s": setup.wall_s}
+                if not setup.ok:
+                    why = f"timed out after {budget:g} s" if setup.timed_out else f"exit code {setup.exit_code}"
+                    raise AgentRunError(f"setup failed ({why}): {setup.last_line()}", info)
+            if state.get("cancelled"):
+                raise AgentRunError("cancelled before the agent started", info)
+            run = self._run_agent(prompt, box, binary, version, max(1.0, deadline - time.monotonic()), pass_env)
+            info.update(self._usage_info(run, self.spec.model))
+            if run.timed_out:  # say the budget the user set, not what setup left of it
+                raise AgentRunError(f"{self.driver.name}: timed out after {budget:g} s (the task's timeout_s; "
+                                    "process group killed)", info)
+            if not run.ok:
+                raise AgentRunError(run.error or f"{self.driver.name} failed", info)
+            try:
+                diff = capture(box.worktree, commit)
+            except AgentOutputError as exc:
+                raise AgentRunError(str(exc), info) from None
+            if diff.patch:
+                blobs.put(diff.patch, "patch")
+            info["diff"] = diff.figures()
+            checks = []
+            if prompt.check:
+                check = run_shell(prompt.check, box.worktree, env, max(CHECK_MIN_S, deadline - time.monotonic()),
+                                  box.scratch.private / "check.out")
+                output = check.output()
+                info["check"] = {"exit_code": check.exit_code, "timed_out": check.timed_out, "wall_s": check.wall_s,
+                                 "output_sha256": blobs.put(output, "log") if output else None}
+                reason = ("exit 0" if check.ok else f"timed out after {check.wall_s:g} s" if check.timed_out
+                          else f"exit {check.exit_code}") + f": {check.last_line()}"
+                checks.append({"kind": "command", "passed": check.ok, "reason": reason, "format": False,
+                               "output": check.tail()})
+        usage = run.usage
+        assert usage is not None  # run.ok implies a parsed usage
+        cost, source = usage.cost_usd, "agent"
+        if cost is None and self.spec.price is not None:
+            cost = (usage.input_tokens * self.spec.price.input + usage.output_tokens * self.spec.price.output) / 1e6
+            source = "price"
+        info["cost_source"] = source if cost is not None else None
+        return Completion(text=usage.final_message, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                          cost_usd=round(cost, 12) if cost is not None else 0.0,
+                          meta={"agent": info, "checks": checks, "call_ms": run.wall_s * 1000.0, "attempts": 1})
+
+    def _run_agent(self, prompt: PromptSpec, box, binary: Path, version: str | None, timeout_s: float,
+                   pass_env: tuple[str, ...]) -> AgentRun:
+        s = self.spec
+        base_url, wrap, relay, sock_dir = s.base_url, None, None, None
+        if self.workspace is not None and self.workspace.isolation == "netns":
+            if not base_url:
+                raise AgentSetupError("isolation netns needs the adapter's base_url")
+            host, port = netns.endpoint(base_url)
+            base_url, mapped = netns.inside_url(base_url)
+            sock = box.scratch.private / "model.sock"
+            if len(str(sock)) > 100:  # unix socket paths are short (108 bytes)
+                sock_dir = Path(tempfile.mkdtemp(prefix="evalfarm-ns-", dir="/tmp"))
+                sock = sock_dir / "m.sock"
+            relay = netns.ModelRelay(sock, host, port)
+            prefix = netns.wrapper(port, sock, mapped, box.scratch.private / "hosts")
+            wrap = lambda argv: prefix + argv  # noqa: E731
+        request = AgentRequest(prompt.text, s.model, base_url, addendum=prompt.system or "", key_from=self.key_from,
+                               # a command agent gets the adapter's key variable as it is named
+                               pass_env=pass_env + (() if self.driver.key_env else (self.key_from,)),
+                               extra_args=tuple(s.args or ()),
+                               price=Price(s.price.input, s.price.output) if s.price else None)
+        try:
+            return run_agent(self.driver, request, box.worktree, box.scratch, timeout_s=timeout_s, binary=binary,
+                             version=version, out_dir=box.scratch.private / "agent", wrap=wrap)
+        finally:
+            if relay is not None:
+                relay.close()
+            if sock_dir is not None:
+                shutil.rmtree(sock_dir, ignore_errors=True)
+
+    @staticmethod
+    def _usage_info(run: AgentRun, model: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"wall_s": run.wall_s, "exit_code": run.exit_code, "timed_out": run.timed_out,
+                               "leftovers_killed": run.leftovers_killed}
+        if run.usage is not None:
+            u = run.usage
+            out.update(turns=u.turns, tool_calls=u.tool_calls, cached_input_tokens=u.cached_input_tokens,
+                       models=list(u.models),
+                       # the agent used exactly the pinned model (Claude Code swaps a retired id silently)
+                       model_pin_ok=(set(u.models) == {model}) if u.models else None)
+        return out

@@ -1,0 +1,99 @@
+"""Runs inside the agent's fresh network namespace (started by ``unshare --net``; see netns.py), as
+the parent of the agent: brings the loopback up, optionally maps the model host to 127.0.0.1 in a
+private /etc/hosts, listens on 127.0.0.1:PORT and relays every connection to a unix socket whose
+other end (outside the namespace) connects to the model endpoint. Nothing else is reachable: the
+namespace has no other interface and no route. Standalone (stdlib only): it runs as ``python -I``.
+
+    netns_relay.py --port P --socket PATH [--hosts NAME --hosts-file FILE] -- AGENT ARGV...
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import fcntl
+import socket
+import struct
+import subprocess
+import sys
+import threading
+
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP, MS_BIND = 0x8913, 0x8914, 0x1, 4096
+
+
+def loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16sH", b"lo", 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, req)[:18])[1]
+        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
+
+
+def private_hosts(name: str, hosts_file: str) -> None:
+    """This mount namespace's /etc/hosts says ``name`` is 127.0.0.1 (TLS still checks the real name)."""
+    with open(hosts_file, "w") as fh:
+        fh.write(f"127.0.0.1\tlocalhost {name}\n::1\tlocalhost ip6-localhost\n")
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(hosts_file.encode(), b"/etc/hosts", None, MS_BIND, None) != 0:
+        raise OSError(ctypes.get_errno(), f"cannot bind {hosts_file} over /etc/hosts")
+
+
+def pipe(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s, how in ((dst, socket.SHUT_WR), (src, socket.SHUT_RD)):
+            try:
+                s.shutdown(how)
+            except OSError:
+                pass
+
+
+def serve(listener: socket.socket, path: str) -> None:
+    while True:
+        conn, _ = listener.accept()
+        try:
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream.connect(path)
+        except OSError:
+            conn.close()
+            continue
+        for a, b in ((conn, upstream), (upstream, conn)):
+            threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+
+def main(argv: list[str]) -> int:
+    if "--" not in argv:
+        print("netns_relay: usage: --port P --socket PATH [--hosts NAME --hosts-file F] -- ARGV...", file=sys.stderr)
+        return 2
+    cut = argv.index("--")
+    parser = argparse.ArgumentParser(prog="netns_relay")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--hosts")
+    parser.add_argument("--hosts-file")
+    opts = parser.parse_args(argv[:cut])
+    command = argv[cut + 1:]
+    loopback_up()
+    if opts.hosts:
+        private_hosts(opts.hosts, opts.hosts_file)
+    listeners = []
+    for family, addr in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        try:
+            s = socket.socket(family, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((addr, opts.port))
+            s.listen(64)
+            listeners.append(s)
+        except OSError:
+            if family == socket.AF_INET:
+                raise
+    for s in listeners:
+        threading.Thread(target=serve, args=(s, opts.socket), daemon=True).start()
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+    return proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,219 @@
+"""The spawn queue: one (arm, task, trial) of a coding agent = one Celery task on the ``spawn`` pool.
+
+Items of agent adapters (``provider: agent``) are not batched: the coordinator sends each as its own
+task (``route_spawn``, called by ``_dispatch``) to the ``spawn`` queue, on its own broker when
+``EVALFARM_SPAWN_BROKER_URL`` is set (see pools.py: Redis redelivers by visibility timeout, and
+spawn tasks outlive the other pools'). A spawn worker (``spawn_worker_app``) consumes only that
+queue, prefetch 1, acks late; it runs the item through the same ``work.execute_batch`` as every
+other item (a finished item is skipped, so a redelivered task is counted once; an infrastructure
+error is retried like every task's, ``tasks.until_done``), and sends the judge and aggregate tasks
+to the main broker.
+
+Two things are specific to agents:
+
+- at worker start, and before each task, ``prune_dead`` removes the sandboxes of dead workers on
+  this host: it kills their agents (left running: an agent leads its own session), removes their
+  worktrees and runs ``git worktree prune``;
+- while a task runs, its message's lease in the broker is renewed (``kombu``'s ``unacked_index``
+  score, every quarter of the visibility timeout): a live worker's long agent run is never
+  redelivered to another worker, whatever the timeout, while a dead worker's task comes back once
+  the visibility timeout has passed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any, Iterable, Iterator
+
+import redis
+from celery import Celery
+
+from ...agents.sandbox import prune_dead
+from ...envvars import env_int
+from ...logs import get_logger
+from ...redact import redact
+from ..store import RunStore
+from . import work
+from .app import AGGREGATE, JUDGE_BATCH, SPAWN_ITEM, create_app
+from .broker_scan import PRIORITY_SEP, _decode
+from .pools import Pool
+from .redis_tls import split_tls
+from .settings import FarmSettings, check_redis_url
+from .store import store_for
+from .tasks import until_done
+
+log = get_logger("evalfarm.spawn")
+UNACKED_INDEX = "unacked_index"  # kombu's Redis transport (Channel.unacked_index_key)
+UNACKED = "unacked"
+
+_APPS: dict[str, Celery] = {}
+_LOCK = threading.Lock()
+
+
+def spawn_broker_url(settings: FarmSettings) -> str:
+    """``EVALFARM_SPAWN_BROKER_URL``, else the farm's broker."""
+    url = os.environ.get("EVALFARM_SPAWN_BROKER_URL") or settings.broker_url
+    return check_redis_url(url, "EVALFARM_SPAWN_BROKER_URL") or url
+
+
+def spawn_settings(settings: FarmSettings, pool: Pool | None = None) -> FarmSettings:
+    """The settings of the spawn queue's broker: its URL, the run store unchanged, and its visibility
+    timeout (``EVALFARM_SPAWN_VISIBILITY_TIMEOUT``, else ``EVALFARM_VISIBILITY_TIMEOUT``, else the pool's)."""
+    vt = env_int("EVALFARM_SPAWN_VISIBILITY_TIMEOUT", None, 1, 7 * 86400)
+    out = replace(settings, broker_url=spawn_broker_url(settings), store_url=settings.run_store_url)
+    if vt is not None:
+        out = replace(out, visibility_timeout=vt, visibility_explicit=True)
+    elif pool is not None and not settings.visibility_explicit:
+        out = replace(out, visibility_timeout=pool.visibility_timeout)
+    return out
+
+
+def _spawn_app(settings: FarmSettings) -> Celery:
+    url = spawn_broker_url(settings)
+    with _LOCK:
+        if url not in _APPS:
+            _APPS[url] = create_app(spawn_settings(settings))
+        return _APPS[url]
+
+
+def agent_adapters(meta: dict[str, Any] | None) -> set[str]:
+    """The run's adapters that are coding agents (their items go to the spawn queue)."""
+    adapters = ((meta or {}).get("spec") or {}).get("adapters") or []
+    return {a["id"] for a in adapters if isinstance(a, dict) and a.get("provider") == "agent"}
+
+
+def route_spawn(settings: FarmSettings, store: RunStore, run_id: str,
+                batches: Iterable[list[str]]) -> Iterator[list[str]]:
+    """Send the agent items among ``batches`` to the spawn queue, one task each; yield the rest of
+    each batch for the provider queue. A run without agents passes through untouched."""
+    agents = agent_adapters(store.get_meta(run_id))
+    if not agents:
+        yield from batches
+        return
+    app = _spawn_app(settings)
+    with app.producer_or_acquire() as producer:
+        for keys in batches:
+            rest = []
+            for key, raw in zip(keys, store.get_items(run_id, keys)):
+                if raw is not None and json.loads(raw).get("adapter") in agents:
+                    app.send_task(SPAWN_ITEM, args=[run_id, [key]], queue="spawn", producer=producer)
+                else:
+                    rest.append(key)
+            if rest:
+                yield rest
+
+
+def _client(url: str) -> redis.Redis:
+    plain, tls = split_tls(url)
+    return redis.Redis.from_url(plain, socket_connect_timeout=5, socket_timeout=10, **tls)
+
+
+def spawn_keys_in_broker(settings: FarmSettings, run_id: str) -> set[str]:
+    """Item keys of ``run_id`` queued on, or in a worker's hands from, the spawn queue's own broker
+    (``broker_scan`` reads the main one); empty when the spawn queue shares the main broker."""
+    url = spawn_broker_url(settings)
+    if url == settings.broker_url:
+        return set()
+    r = _client(url)
+    keys: set[str] = set()
+    raws = list(r.lrange("spawn", 0, -1))
+    for p in range(1, 10):
+        raws += r.lrange(f"spawn{PRIORITY_SEP}{p}", 0, -1)
+    raws += r.hvals(UNACKED)
+    for raw in raws:
+        m = _decode(raw)
+        if m and m["args"] and m["args"][0] == run_id and len(m["args"]) > 1 and isinstance(m["args"][1], list):
+            keys.update(m["args"][1])
+    return keys
+
+
+class Lease:
+    """Keeps a running task's message from being redelivered: bumps its score in kombu's
+    ``unacked_index`` (the delivery time the visibility timeout counts from) every ``every_s``.
+    ``ZADD XX`` only touches a message still unacknowledged, so a finished task's lease cannot revive it."""
+
+    def __init__(self, url: str, tag: str, every_s: float) -> None:
+        self.url, self.tag, self.every_s = url, tag, every_s
+        self.renewed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="evalfarm-spawn-lease", daemon=True)
+
+    def _run(self) -> None:
+        client = _client(self.url)
+        while not self._stop.wait(self.every_s):
+            try:
+                client.zadd(UNACKED_INDEX, {self.tag: time.time()}, xx=True)
+                self.renewed += 1
+            except redis.exceptions.RedisError as exc:  # the broker is away: its sweep is too
+                log.warning("spawn_lease_not_renewed", tag=self.tag, error=redact(str(exc))[:200])
+        client.close()
+
+    def __enter__(self) -> "Lease":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def delivery_tag(request: Any) -> str | None:
+    tag = getattr(request, "delivery_tag", None)
+    if not tag:
+        tag = (getattr(request, "properties", None) or {}).get("delivery_tag")
+    return tag if isinstance(tag, str) and tag else None
+
+
+@contextmanager
+def leased(url: str, request: Any, visibility_timeout: int) -> Iterator[None]:
+    tag = delivery_tag(request)
+    if tag is None:
+        log.warning("spawn_lease_without_tag", hint="the message's delivery tag is unknown: it is not renewed")
+        yield
+        return
+    with Lease(url, tag, max(0.5, visibility_timeout / 4)):
+        yield
+
+
+def prune(where: str) -> list[str]:
+    """Remove dead runs' sandboxes on this host (their agents killed); log what went."""
+    removed = [p.name for p in prune_dead()]
+    if removed:
+        log.warning("spawn_pruned_dead_sandboxes", at=where, count=len(removed), dirs=removed)
+    return removed
+
+
+def register_spawn(app: Celery, settings: FarmSettings, spawn: FarmSettings) -> None:
+    """The spawn task on a spawn worker's app; the judge and aggregate go to the main broker."""
+    main = create_app(settings)
+    url = settings.run_store_url
+
+    def enqueue_aggregate(run_id: str) -> None:
+        main.send_task(AGGREGATE, args=[run_id], queue="aggregate")
+
+    def enqueue_judge(run_id: str, keys: list[str]) -> None:
+        main.send_task(JUDGE_BATCH, args=[run_id, keys], queue="judge")
+
+    @app.task(name=SPAWN_ITEM, bind=True, shared=False, acks_late=True, reject_on_worker_lost=True,
+              ignore_result=True)
+    def spawn_item(task: Any, run_id: str, keys: list[str]) -> int:
+        with leased(spawn.broker_url, task.request, spawn.visibility_timeout):
+            prune("task")
+            # no batch deadline: the agent's own timeout (timeout_s) bounds the item, and the lease keeps
+            # the message while it runs
+            return until_done(SPAWN_ITEM, run_id, lambda: work.execute_batch(
+                store_for(url), run_id, keys, settings.max_in_flight, enqueue_aggregate, enqueue_judge, None, url))
+
+
+def spawn_worker_app(settings: FarmSettings, pool: Pool) -> Celery:
+    """A spawn worker: the spawn queue's broker and visibility timeout, the spawn task, and the dead
+    runs' sandboxes on this host pruned before the first task is taken."""
+    spawn = spawn_settings(settings, pool)
+    app = create_app(spawn, pool)
+    register_spawn(app, settings, spawn)
+    prune("worker start")
+    return app

@@ -1,0 +1,164 @@
+"""Spawn mode on the Redis farm: agent items go one per task to the spawn queue (on its own broker
+database), and the fault tests with the fake agent: a spawn worker SIGKILLed mid-spawn (its agent
+left running), an agent that hangs, one that exits non-zero, one that writes outside its worktree,
+two workers on one repo at once. Every test ends with the repo's `git worktree list` showing only
+the main worktree and no sandbox left. Real redis-server, real workers, real git, real processes."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import redis
+
+from conftest import run_cli
+from spawn_support import (assert_clean, make_repo, outcomes_by_prompt, pid_alive, report_of, spawn_dirs, spawn_env,
+                           wait_for, worktrees, write_spec)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return make_repo(tmp_path / "repo")
+
+
+@pytest.fixture
+def farm(tmp_path, redis_server, start_worker):
+    """The farm's URLs and environment: the run store and main queues on db 0, the spawn queue on db 1, and
+    an aggregate worker; spawn workers are started by each test."""
+    main = redis_server.url
+    spawn_url = main[:-1] + "1"
+    env = spawn_env(tmp_path, EVALFARM_SPAWN_BROKER_URL=spawn_url, EVALFARM_SPAWN_VISIBILITY_TIMEOUT="6")
+    start_worker(main, pool="aggregate", concurrency=1, **env)
+
+    class Farm:
+        url, spawn = main, spawn_url
+
+        @staticmethod
+        def worker(concurrency: int = 2, **extra):
+            return start_worker(main, pool="spawn", concurrency=concurrency, **{**env, **extra})
+
+        @staticmethod
+        def cli(*args: str, timeout: float = 180, **extra):
+            return run_cli(*args, broker=main, cwd=tmp_path, timeout=timeout, **{**env, **extra})
+
+    return Farm
+
+
+def counts(url: str, run_id: str) -> dict[str, int]:
+    raw = redis.Redis.from_url(url).hgetall(f"ef:run:{run_id}:counts")
+    return {k.decode(): int(v) for k, v in raw.items()}
+
+
+def test_sigkill_mid_spawn_is_redelivered_pruned_at_the_next_worker_start_and_counted_once(tmp_path, repo, farm):
+    trace = tmp_path / "trace.log"
+    spec = write_spec(tmp_path / "spec.yaml", repo, [{"id": "slow", "text": f"trace {trace} 120 once",
+                                                      "check": "grep -q 'hello, world' hello.py"}])
+    first = farm.worker(concurrency=1)
+    res = farm.cli("run", str(spec), "--detach")
+    assert res.returncode == 0, res.stderr
+    run_id = res.stdout.strip()
+    started = wait_for(lambda: trace.exists() and trace.read_text().split(), 30, "the agent to start")
+    agent_pid = int(started[1])
+    [stale] = spawn_dirs(tmp_path / "spawn")
+    first.kill()  # SIGKILL the worker mid-spawn: its agent (its own session) goes on, orphaned
+    assert pid_alive(agent_pid) and len(worktrees(repo)) == 2
+    second = farm.worker(concurrency=1)
+    # the next worker's start pruned the dead run: agent killed, worktree and scratch dir gone
+    assert not pid_alive(agent_pid)
+    assert stale not in spawn_dirs(tmp_path / "spawn")
+    assert "spawn_pruned_dead_sandboxes" in second.log.read_text() and "worker start" in second.log.read_text()
+    # the task comes back after the visibility timeout (6 s) and finishes on the second worker, once
+    done = farm.cli("wait", run_id, "--json", "--no-save", "--timeout", "120")
+    assert done.returncode == 0, done.stderr
+    [out] = report_of(done)["outcomes"]
+    assert out["passed"] is True and out["error"] is None
+    starts = [line for line in trace.read_text().splitlines() if line.startswith("start")]
+    assert len(starts) == 2  # the agent ran twice (killed once) ...
+    c = counts(farm.url, run_id)
+    assert c["done"] == 1 and c["executed"] == 1  # ... and the item was counted once
+    status = json.loads(farm.cli("status", run_id, "--json").stdout)
+    assert status["duplicate_executions"] == 0 and status["done"] == 1
+    print("git worktree list after the SIGKILL test:\n" + assert_clean(repo, tmp_path / "spawn"))
+
+
+def test_hang_nonzero_exit_and_writes_outside_the_worktree(tmp_path, repo, farm):
+    pids = tmp_path / "hang.pids"
+    real_home = tmp_path / "real-home"
+    real_home.mkdir()
+    spec = write_spec(tmp_path / "spec.yaml", repo, [
+        {"id": "hang", "text": f"hang {pids} stubborn", "timeout_s": 3, "check": "true"},
+        {"id": "exit", "text": "exit", "check": "true"},
+        {"id": "escape", "text": "escape", "check": "test ! -e ../escaped-parent.txt || true"},
+        {"id": "ok", "text": "ok", "check": "grep -q 'hello, world' hello.py"}])
+    farm.worker(concurrency=2, HOME=str(real_home), AWS_SECRET_ACCESS_KEY="aws-secret-123")
+    res = farm.cli("run", str(spec), "--json", "--no-save")
+    assert res.returncode in (0, 1), res.stderr
+    by = outcomes_by_prompt(report_of(res))
+    hang = by["hang"][0]
+    assert hang["failure_mode"] == "runtime_error" and hang["passed"] is None
+    assert hang["error"]["class"] == "AgentRunError"
+    assert hang["error"]["message"] == "command: timed out after 3 s (the task's timeout_s; process group killed)"
+    assert hang["agent"]["timed_out"] is True and hang["agent"]["wall_s"] < 3 + 2 + 5
+    leader, child = map(int, pids.read_text().split())
+    grandchild = int(Path(f"{pids}.grandchild").read_text())
+    assert not any(pid_alive(p) for p in (leader, child, grandchild))  # the whole group, SIGTERM ignored or not
+    ex = by["exit"][0]
+    assert ex["failure_mode"] == "runtime_error" and ex["error"]["message"].startswith("command: exit code 3: boom")
+    assert by["ok"][0]["passed"] is True
+    esc = by["escape"][0]
+    assert esc["passed"] is True
+    seen = json.loads(esc["output"])  # the environment the agent got: allow-listed, its own HOME
+    assert "AWS_SECRET_ACCESS_KEY" not in seen and "EVALFARM_SPAWN_BROKER_URL" not in seen
+    assert seen["HOME"] != str(real_home) and seen["HOME"].startswith(str(tmp_path / "spawn"))
+    assert list(real_home.iterdir()) == []  # the worker's real HOME saw nothing
+    assert not list(repo.rglob("escaped-*")) and not list(tmp_path.glob("escaped-*"))
+    print("git worktree list after the hang/exit/escape test:\n" + assert_clean(repo, tmp_path / "spawn"))
+
+
+def test_two_workers_on_one_repo_own_broker_and_leases(tmp_path, repo, farm):
+    """12 agents that each take 3 s and commit in their worktree, on two workers of concurrency 2, with a
+    visibility timeout of 2 s: no shared worktree, no index.lock failure, and no live task redelivered
+    (its lease is renewed) although every task outlives the visibility timeout."""
+    trace = tmp_path / "trace.log"
+    n = 12
+    spec = write_spec(tmp_path / "spec.yaml", repo, [
+        {"id": f"t{i:02d}", "text": f"git {trace} 3", "check": "test \"$(git log -1 --format=%s)\" = 'fake agent edit'"}
+        for i in range(n)])
+    for _ in range(2):
+        farm.worker(concurrency=2, EVALFARM_SPAWN_VISIBILITY_TIMEOUT="2")
+    res = farm.cli("run", str(spec), "--detach", EVALFARM_SPAWN_VISIBILITY_TIMEOUT="2")
+    assert res.returncode == 0, res.stderr
+    run_id = res.stdout.strip()
+    db0, db1 = redis.Redis.from_url(farm.url), redis.Redis.from_url(farm.spawn)
+    # the agent items wait on the spawn queue of db 1, not on db 0; status sees them there
+    assert wait_for(lambda: db1.llen("spawn") > 0, 10, "spawn tasks queued on db 1")
+    assert db0.llen("spawn") == 0 and db0.llen("provider") == 0
+    status = json.loads(farm.cli("status", run_id, "--json").stdout)
+    assert status["in_broker"] > 0 and status["missing"] == 0
+    done = farm.cli("wait", run_id, "--json", "--no-save", "--timeout", "120")
+    assert done.returncode == 0, done.stderr
+    outcomes = report_of(done)["outcomes"]
+    assert len(outcomes) == n and all(o["passed"] for o in outcomes), [o["error"] for o in outcomes]
+    assert len({o["agent"]["sandbox"] for o in outcomes}) == n  # every task had its own worktree
+    starts = [line for line in trace.read_text().splitlines() if line.startswith("start")]
+    assert len(starts) == n  # no task ran twice
+    c = counts(farm.url, run_id)
+    assert c["done"] == n and c["executed"] == n
+    assert repo.joinpath(".git", "index.lock").exists() is False
+    print("git worktree list after the two-worker test:\n" + assert_clean(repo, tmp_path / "spawn"))
+
+
+def test_resume_sends_missing_agent_items_to_the_spawn_queue(tmp_path, repo, farm):
+    spec = write_spec(tmp_path / "spec.yaml", repo, [{"id": f"t{i}", "text": "ok", "check": "true"} for i in range(3)])
+    res = farm.cli("run", str(spec), "--detach")
+    run_id = res.stdout.strip()
+    db1 = redis.Redis.from_url(farm.spawn)
+    wait_for(lambda: db1.llen("spawn") == 3, 10, "three spawn tasks")
+    db1.delete("spawn")  # the broker lost them (no worker had taken them)
+    resumed = farm.cli("resume", run_id, "--detach")
+    assert resumed.returncode == 0 and "dispatched 3 missing items" in resumed.stderr, resumed.stderr
+    assert db1.llen("spawn") == 3
+    farm.worker(concurrency=2)
+    done = farm.cli("wait", run_id, "--json", "--no-save", "--timeout", "60")
+    assert done.returncode == 0 and len(report_of(done)["outcomes"]) == 3
+    assert_clean(repo, tmp_path / "spawn")
