@@ -11,6 +11,7 @@ from typing import Any, Iterable
 from ..canonical import sha256_hex
 from ..core.report import RunReport, render_markdown, report_bytes, report_problem
 from ..errors import UsageError
+from ..names import is_run_id, run_id_problem
 
 DEFAULT_STATE_DIR = Path(".evalfarm")
 
@@ -19,16 +20,21 @@ def runs_dir(state_dir: Path | str) -> Path:
     return Path(state_dir) / "runs"
 
 
-def _umask_mode() -> int:
+def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
-    return 0o666 & ~mask
+    return mask
+
+
+def file_mode() -> int:
+    """A report file's mode: 0644 narrowed by the umask (never wider, even under umask 000)."""
+    return 0o644 & ~_umask()
 
 
 def write_stream(path: Path, chunks: Iterable[bytes]) -> str:
     """Write chunks so readers never see half a file; returns the SHA-256 of the bytes.
 
-    A regular file is replaced atomically (temp file + rename, with the usual umask mode). A
+    A regular file is replaced atomically (temp file + rename, mode 0644 narrowed by the umask). A
     symlink is followed, and a device or pipe (``/dev/stdout``, a FIFO) is written in place:
     replacing those would destroy them.
     """
@@ -45,7 +51,7 @@ def write_stream(path: Path, chunks: Iterable[bytes]) -> str:
                 digest.update(chunk)
                 fh.write(chunk)
         return digest.hexdigest()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -54,7 +60,7 @@ def write_stream(path: Path, chunks: Iterable[bytes]) -> str:
                 fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, _umask_mode())
+        os.chmod(tmp, file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -91,6 +97,36 @@ def check_state_dir(state_dir: Path) -> None:
     check_writable(state_dir / "runs" / "probe.json", "--state-dir")
 
 
+def make_dir(path: Path, mode: int = 0o755) -> Path:
+    """Create ``path`` and its missing parents with ``mode`` narrowed by the umask, never wider (under
+    umask 000 a plain mkdir would leave them world-writable); existing directories are left alone."""
+    path = Path(path)
+    mode &= ~_umask()
+    missing = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=mode)
+        except FileExistsError:
+            continue
+        os.chmod(d, mode)
+    return path
+
+
+def _checked_runs_dir(state_dir: Path | str, run_id: object) -> Path:
+    """``<state_dir>/runs``, created; a run id that is not one (``../x``, ``/abs/path``) is refused here,
+    the last gate before a file name is built from it."""
+    problem = run_id_problem(run_id)
+    if problem:
+        raise UsageError(f"refusing to save the run: {problem}")
+    return make_dir(runs_dir(state_dir))
+
+
 def save_report(report: RunReport | dict[str, Any], state_dir: Path | str = DEFAULT_STATE_DIR,
                 raw: bytes | None = None, markdown: bytes | None = None) -> tuple[Path, Path]:
     """Persist ``<run_id>.json``, ``.md`` and ``.lineage.json``; returns (json_path, md_path).
@@ -99,8 +135,7 @@ def save_report(report: RunReport | dict[str, Any], state_dir: Path | str = DEFA
     is never overwritten, so two runs in the same second both survive.
     """
     data = report.to_dict() if isinstance(report, RunReport) else report
-    out = runs_dir(state_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _checked_runs_dir(state_dir, data.get("run_id"))
     json_path, md_path = out / f"{data['run_id']}.json", out / f"{data['run_id']}.md"
     lineage_path = out / f"{data['run_id']}.lineage.json"
     if json_path.exists():
@@ -117,7 +152,7 @@ def save_report(report: RunReport | dict[str, Any], state_dir: Path | str = DEFA
 def save_report_stream(summary: dict[str, Any], chunks: Iterable[bytes], state_dir: Path | str,
                        markdown: bytes) -> tuple[Path, Path]:
     """Like save_report, for a report too big to hold: its bytes arrive in chunks."""
-    out = runs_dir(state_dir)
+    out = _checked_runs_dir(state_dir, summary.get("run_id"))
     json_path, md_path = out / f"{summary['run_id']}.json", out / f"{summary['run_id']}.md"
     if json_path.exists():
         raise UsageError(f"{json_path}: a run with this id is already saved; refusing to overwrite")
@@ -150,9 +185,9 @@ def resolve_run(ref: str, state_dir: Path | str = DEFAULT_STATE_DIR) -> Path:
         return path
     folder = runs_dir(state_dir)
     exact = folder / f"{ref}.json"
-    if exact.is_file():
+    if is_run_id(ref) and exact.is_file():  # only a real id becomes a file name (never "../x")
         return exact
-    matches = [p for p in list_runs(state_dir) if p.stem.startswith(ref)]
+    matches = [p for p in list_runs(state_dir) if ref and p.stem.startswith(ref)]
     if len(matches) == 1:
         return matches[0]
     if matches:

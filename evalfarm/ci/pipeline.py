@@ -10,6 +10,7 @@ import click
 
 from ..core.verdict import exit_code, stopped
 from ..errors import UsageError
+from ..names import printable
 from ..spec.models import Thresholds
 from .artifacts import list_runs, load_report, require_complete, runs_dir
 from .diff import compare_cases, describe_cases, diff_reports
@@ -116,21 +117,26 @@ def list_lines(state_dir: Path, spec: str | None = None, tag: str | None = None)
         figures = " ".join(f"{a}={f['overall']:.3f}" if f.get("overall") is not None else f"{a}=n/a"
                            for a, f in (e.get("figures") or {}).items())
         prompt = f"{e['prompt_name']}@{e['prompt_version']}" if e.get("prompt_name") else "-"
-        out.append("\t".join([e["run_id"], e.get("finished_at") or "", e.get("spec_name") or "", e["result"],
-                              e.get("artifact_path") or "", figures, prompt,
-                              ",".join(names.get(e["run_id"], [])) or "-"]))
+        out.append(_row([e["run_id"], e.get("finished_at") or "", e.get("spec_name") or "", e["result"],
+                         e.get("artifact_path") or "", figures, prompt, ",".join(names.get(e["run_id"], [])) or "-"]))
     if spec is None and tag is None:  # saved files the registry could not read
         known = {e["run_id"] for e in registry.runs()}
-        out += [f"{p.stem}\t\t\tUNREADABLE\t{p}" for p in list_runs(state_dir) if p.stem not in known]
+        out += [_row([p.stem, "", "", "UNREADABLE", str(p)]) for p in list_runs(state_dir) if p.stem not in known]
     return out
+
+
+def _row(cells: list[Any]) -> str:
+    """One tab-separated row: a tab or newline inside a value (an old registry, a file name) is shown
+    escaped, so every run stays one row of the same columns."""
+    return "\t".join(printable(c) for c in cells)
 
 
 def baseline_lines(state_dir: Path) -> list[str]:
 
     if not (Path(state_dir) / DB_NAME).is_file():
         return []
-    return ["\t".join([e["baseline_name"], e["run_id"], e["promoted_at"], e.get("spec_name") or "",
-                       e.get("result") or "", e.get("artifact_path") or ""])
+    return [_row([e["baseline_name"], e["run_id"], e["promoted_at"], e.get("spec_name") or "",
+                  e.get("result") or "", e.get("artifact_path") or ""])
             for e in Registry(state_dir).baselines()]
 
 

@@ -12,6 +12,7 @@ each other's rows (writers wait on the database lock, up to 30 s).
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from contextlib import closing
 from datetime import datetime, timezone
@@ -20,7 +21,8 @@ from typing import Any, Iterator
 
 from ..core.verdict import NOTHING, PASSED, run_verdict
 from ..errors import SpecError, UsageError
-from .artifacts import list_runs, load_report, resolve_run, runs_dir
+from ..names import baseline_name_problem
+from .artifacts import file_mode, list_runs, load_report, make_dir, resolve_run, runs_dir
 
 DB_NAME = "registry.db"
 BASELINE_PREFIX = "baseline:"
@@ -75,9 +77,12 @@ class Registry:
         self.path = self.state_dir / DB_NAME
 
     def _connect(self) -> sqlite3.Connection:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(self.state_dir)
+        new = not self.path.exists()
         try:
             conn = sqlite3.connect(self.path, timeout=30)
+            if new:  # SQLite creates it 0666 narrowed by the umask: 0666 under umask 000
+                os.chmod(self.path, file_mode())
             conn.row_factory = sqlite3.Row
             conn.executescript(_SCHEMA)
         except sqlite3.Error as exc:
@@ -182,8 +187,7 @@ class Registry:
     @_db_errors
     def promote(self, name: str, report: dict[str, Any], artifact: Path) -> str | None:
         """Point baseline ``name`` at this run (recording it if needed); returns the previous run id."""
-        if not name.strip():
-            raise UsageError("a baseline name must not be empty")
+        check_baseline_name(name)
         if self.get(report["run_id"]) is None:
             self.record(report, artifact)
         now = utc_now()
@@ -221,6 +225,14 @@ class Registry:
     def history(self, name: str) -> Iterator[dict[str, Any]]:
         for r in self._rows("SELECT * FROM promotions WHERE name = ? ORDER BY seq", (name,)):
             yield dict(r)
+
+
+def check_baseline_name(name: object, flag: str = "baseline name") -> str:
+    """A baseline name (``--name``, ``--baseline``, or a spec name used as one), or exit 2."""
+    problem = baseline_name_problem(name)
+    if problem:
+        raise UsageError(f"{flag} {str(name)[:80]!r} {problem}")
+    return name  # type: ignore[return-value]
 
 
 def resolve_ref(ref: str, state_dir: Path | str) -> Path:
