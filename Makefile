@@ -3,21 +3,26 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench venv clean redis-server
+.PHONY: demo test bench venv clean redis-server agents agents-all test-agents
 
-$(BIN)/.installed: pyproject.toml
+# the demo needs only the package; the tests add their extras on top
+$(BIN)/.installed-run: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(BIN)/.installed: $(BIN)/.installed-run
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
 venv: $(BIN)/.installed
 
-demo: venv
+demo: $(BIN)/.installed-run
 	$(BIN)/evalfarm run examples/smoke.yaml --state-dir .evalfarm
 	@echo; cat "$$(ls -t .evalfarm/runs/*.md | head -1)"
 
-test: venv
+test: venv agents
 	@command -v redis-server >/dev/null 2>&1 || $(MAKE) --no-print-directory redis-server
 	@command -v chromium >/dev/null 2>&1 || $(MAKE) --no-print-directory chromium
 	$(BIN)/python -m pytest -q
@@ -41,3 +46,61 @@ chromium:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
 	else echo "the dashboard tests need Debian's chromium at /usr/bin/chromium: apt install chromium"; exit 2; fi
+
+# Coding-agent CLIs for spawn mode, pinned, installed OUTSIDE the repo (one npm --prefix dir per agent,
+# aider in its own venv). Idempotent: a stamp per pinned version; a second call does nothing.
+# evalfarm finds them through EVALFARM_AGENTS_DIR (evalfarm/agents/detect.py reads the same default);
+# the versions are those in evalfarm/agents/pins.py.
+EVALFARM_AGENTS_DIR ?= $(HOME)/.cache/evalfarm/agents
+export EVALFARM_AGENTS_DIR
+PIN = $(shell sed -n 's/^$(1) = "\([^"]*\)".*/\1/p' evalfarm/agents/pins.py)
+CLAUDE_CODE_VERSION ?= $(call PIN,CLAUDE)
+CODEX_VERSION ?= $(call PIN,CODEX)
+GEMINI_CLI_VERSION ?= $(call PIN,GEMINI)
+OPENCODE_VERSION ?= $(call PIN,OPENCODE)
+AIDER_VERSION ?= $(call PIN,AIDER)
+NPM_AGENT = npm install --no-audit --no-fund --loglevel=error --save-exact
+NEED_NPM = @command -v npm >/dev/null 2>&1 || { echo "make agents needs node and npm: apt install nodejs npm"; exit 2; }
+# `X --version` with a throwaway HOME/XDG/TMPDIR: even that writes state into HOME (gemini, codex, opencode).
+VERSION_OK = d=$$(mktemp -d) && HOME=$$d XDG_CONFIG_HOME=$$d XDG_CACHE_HOME=$$d XDG_DATA_HOME=$$d \
+  XDG_STATE_HOME=$$d TMPDIR=$$d $(1) --version >/dev/null; rc=$$?; rm -rf $$d; [ $$rc = 0 ]
+
+agents: $(EVALFARM_AGENTS_DIR)/claude/.pinned-$(CLAUDE_CODE_VERSION) $(EVALFARM_AGENTS_DIR)/codex/.pinned-$(CODEX_VERSION)
+
+agents-all: agents $(EVALFARM_AGENTS_DIR)/gemini/.pinned-$(GEMINI_CLI_VERSION) \
+            $(EVALFARM_AGENTS_DIR)/opencode/.pinned-$(OPENCODE_VERSION) $(EVALFARM_AGENTS_DIR)/aider/.pinned-$(AIDER_VERSION)
+
+# The stamp is written only after the installed binary answered --version: a failed install is retried.
+$(EVALFARM_AGENTS_DIR)/claude/.pinned-%:
+	$(NEED_NPM)
+	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
+	$(NPM_AGENT) --prefix $(@D) @anthropic-ai/claude-code@$*
+	$(call VERSION_OK,$(@D)/node_modules/.bin/claude) && touch $@
+
+$(EVALFARM_AGENTS_DIR)/codex/.pinned-%:
+	$(NEED_NPM)
+	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
+	$(NPM_AGENT) --prefix $(@D) @openai/codex@$*
+	$(call VERSION_OK,$(@D)/node_modules/.bin/codex) && touch $@
+
+$(EVALFARM_AGENTS_DIR)/gemini/.pinned-%:
+	$(NEED_NPM)
+	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
+	$(NPM_AGENT) --prefix $(@D) @google/gemini-cli@$*
+	$(call VERSION_OK,$(@D)/node_modules/.bin/gemini) && touch $@
+
+$(EVALFARM_AGENTS_DIR)/opencode/.pinned-%:
+	$(NEED_NPM)
+	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
+	$(NPM_AGENT) --prefix $(@D) opencode-ai@$*
+	$(call VERSION_OK,$(@D)/node_modules/.bin/opencode) && touch $@
+
+$(EVALFARM_AGENTS_DIR)/aider/.pinned-%:
+	rm -f $(@D)/.pinned-*; mkdir -p $(@D)
+	[ -x $(@D)/venv/bin/python ] || $(PYTHON) -m venv $(@D)/venv
+	$(@D)/venv/bin/python -m pip install -q aider-chat==$*
+	$(call VERSION_OK,$(@D)/venv/bin/aider) && touch $@
+
+# Opt-in: every agent test, including real aider, Gemini CLI and opencode (installs them first).
+test-agents: venv agents-all
+	EVALFARM_OPTIN_AGENTS=1 $(BIN)/python -m pytest -q tests/test_agents_*.py

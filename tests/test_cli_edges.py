@@ -5,6 +5,7 @@ import json
 import os
 import socket
 import stat
+import time
 
 from conftest import EXAMPLES, run_cli
 
@@ -103,3 +104,12 @@ def test_rich_markup_in_user_strings_is_printed_as_written(tmp_path):
     res = run_cli("run", str(tmp_path / "s.yaml"), "--no-save")
     assert res.returncode == 0, res.stderr
     assert "n [red]x[/red] :b:" in res.stdout and "mock:[/x]: pass^2" in res.stdout and "mock:b: pass^2" in res.stdout
+
+
+def test_an_unreachable_broker_says_where_at_once_and_fails_within_ten_seconds():
+    started = time.monotonic()
+    res = run_cli("run", SMOKE, "--no-save", broker="redis://127.0.0.1:1/0", timeout=30)
+    took = time.monotonic() - started
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and took < 12, (took, res.stderr)
+    assert lines[0] == "evalfarm: connecting to redis://127.0.0.1:1/0 ..." and "cannot reach the run store" in lines[-1]

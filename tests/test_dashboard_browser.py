@@ -105,7 +105,8 @@ def test_case_list_filters_without_reload_and_a_case_shows_checks_and_criteria(p
     by_id = {crit.nth(i).locator("td").nth(0).inner_text(): crit.nth(i).inner_text() for i in range(2)}
     assert "fail" in by_id["concise"] and "pass" in by_id["grounded"]
     assert "scripted by mock-provider" in by_id["concise"]  # the judge's reason
-    assert "not recorded" in page.locator("#case-input").inner_text()  # reports carry prompt ids only
+    sent = next(p for p in report["prompts"] if p["id"] == "judged")  # the prompts section: what was asked
+    assert page.locator("#case-input").inner_text() == sent["text"]
     shot(page, "case")
     assert page.errors == []
 

@@ -53,7 +53,8 @@ def test_cli_run_list_diff_and_exit_codes(tmp_path):
     assert d.returncode == 0, d.stderr
     diff = json.loads(d.stdout)
     assert diff["per_adapter"]["mock"]["overall_delta"] < 0 and diff["per_adapter"]["mock"]["winner"] == "a"
-    assert diff["per_adapter"]["mock:shouty"]["overall_b"] == 0.0  # only in a
+    assert diff["per_adapter"]["mock:shouty"]["overall_b"] is None  # only in a: n/a, not 0
+    assert diff["per_adapter"]["mock:shouty"]["winner"] == "only in a"
     table = run_cli("diff", oldest[:20], str(Path(state) / "runs" / f"{newest}.json"), "--state-dir", state)
     assert table.returncode == 0 and "overall winner: a" in table.stdout
 

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import io
+import json
 
 from rich.console import Console
 
 from conftest import EXAMPLES
-from evalfarm.cli.console import LiveProgress
+from evalfarm.cli.console import LiveProgress, eta, print_summary
 from evalfarm.backends.inprocess import InProcessBackend
 from evalfarm.backends.store import Progress
 from evalfarm.orchestrator import Orchestrator
@@ -31,3 +32,33 @@ def test_bar_during_a_real_run_shows_every_field():
     out = buf.getvalue()
     for needle in ("total", "mock:shouty", "20/20", "10/10", "it/s", "err 0", "$0.0000", "ETA"):
         assert needle in out, needle
+
+
+def _smoke_report() -> dict:
+    sf = open_spec(EXAMPLES / "smoke.yaml")
+    orchestrator = Orchestrator(InProcessBackend())
+    plan = orchestrator.submit(sf.spec, sf.source)
+    return json.loads(orchestrator.report_bytes(plan.run_id))
+
+
+def test_the_summary_fits_80_columns_on_a_terminal_and_is_whole_when_piped():
+    report = _smoke_report()
+    buf = io.StringIO()
+    print_summary(report, [], Console(file=buf, force_terminal=True, width=80, emoji=False, color_system=None))
+    out = buf.getvalue()
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    assert "…" not in out and "mock:shouty" in out and "0.760" in out and "60.0%" in out, out
+    piped = io.StringIO()
+    print_summary(report, [], Console(file=piped, force_terminal=False, width=80, emoji=False))
+    wide = piped.getvalue()
+    assert "…" not in wide and "tokens in/out" in wide and "mock:shouty" in wide
+    row = next(line for line in wide.splitlines() if line.startswith("│ mock:shouty"))
+    assert "0.760" in row and "60/70" in row  # one row per adapter, every figure on it
+
+
+def test_eta_before_the_first_result_and_after():
+    def p(done, elapsed):
+        return Progress(run_id="r", total=100, done=done, errors=0, cost_usd=0.0, per_adapter={"a": (done, 0)},
+                        elapsed_s=elapsed, state="running")
+    assert eta(p(0, 3.0)) == "ETA after the first results"
+    assert eta(p(50, 10.0)) == "ETA 0:10" and eta(p(1, 40.0)) == "ETA 1:06:00" and eta(p(100, 9.0)) == "ETA 0:00"

@@ -183,7 +183,8 @@ def test_a_key_echoed_in_an_error_is_redacted_whatever_its_variable(tmp_path, pr
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump({"name": "leak", "dataset": "cases.yaml", "adapters": [
         {"id": "m", "model": "m", "base_url": p.url, "api_key_env": "LLM_CRED"}]}))
-    res = run_cli("run", str(spec), "--state-dir", "st", "--json", cwd=tmp_path, LLM_CRED=leaked)
+    res = run_cli("run", str(spec), "--state-dir", "st", "--json", cwd=tmp_path, LLM_CRED=leaked,
+                  EVALFARM_KEY_ENV_ALLOW="LLM_CRED")
     assert res.returncode == 3
     err = json.loads(res.stdout)["outcomes"][0]["error"]
     assert err["class"] == "AuthError" and "invalid api key: Bearer ***" in err["message"]

@@ -111,8 +111,11 @@ def test_diff_winner_and_missing_adapter():
                                          "z": {"overall": 0.1, "golden_pass_rate": 0.1}}}
     d = diff_reports(a, b, tolerance=0.01)
     assert d["per_adapter"]["x"]["overall_delta"] == pytest.approx(0.3) and d["per_adapter"]["x"]["winner"] == "b"
-    assert d["per_adapter"]["y"]["overall_b"] == 0.0 and d["per_adapter"]["y"]["winner"] == "a"
-    assert d["per_adapter"]["z"]["golden_rate_a"] == 0.0 and d["per_adapter"]["z"]["in_a"] is False
+    # an adapter in one run only is not measured in the other: no score, no delta, no winner (issue 10 #15)
+    assert d["per_adapter"]["y"]["overall_b"] is None and d["per_adapter"]["y"]["winner"] == "only in a"
+    assert d["per_adapter"]["y"]["overall_delta"] is None
+    assert d["per_adapter"]["z"]["golden_rate_a"] is None and d["per_adapter"]["z"]["in_a"] is False
+    assert d["per_adapter"]["z"]["winner"] == "only in b" and d["compared"] == 1
     tie = diff_reports(a, a, tolerance=0.01)
     assert tie["winner"] == "tie" and all(r["winner"] == "tie" for r in tie["per_adapter"].values())
     edge = diff_reports({"run_id": "A", "per_adapter": {"x": {"overall": 0.50, "golden_pass_rate": 0.5}}},

@@ -24,8 +24,11 @@ HEADER_KEYS = ("schema", "event", "plan", "suite", "executor", "trials", "arms_m
                "pairs", "profiles")
 
 
-def build(header: dict[str, Any], rows_by_arm: dict[str, list[tuple[str, dict[str, Any]]]]) -> dict[str, Any]:
-    """The full artifact. ``header["arms"][name]`` carries profile, role and addendum hash."""
+def build(header: dict[str, Any], rows_by_arm: dict[str, list[tuple[str, dict[str, Any]]]],
+          parameters: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The full artifact. ``header["arms"][name]`` carries profile, role and addendum hash; ``parameters``
+    are a verified artifact's own (default: today's), so an artifact is rebuilt by the rules it was made by."""
+    parameters = parameters if parameters is not None else compare.parameters()
     arms: dict[str, Any] = {}
     rows_only = {arm: [row for _, row in rows_by_arm[arm]] for arm in header["arm_order"]}
     for arm in header["arm_order"]:
@@ -38,10 +41,10 @@ def build(header: dict[str, Any], rows_by_arm: dict[str, list[tuple[str, dict[st
         comparisons.append({**pair, "deltas": compare.compare_arms(a, rows_only[a], arms[a], b, rows_only[b], arms[b])})
     honest = next(c for c in comparisons if c["honest"])
     out = {k: header[k] for k in HEADER_KEYS}
-    out.update(arms=arms, comparisons=comparisons, parameters=compare.parameters(),
+    out.update(arms=arms, comparisons=comparisons, parameters=parameters,
                verdict={"a": honest["a"], "b": honest["b"],
                         **compare.verdict(honest["a"], arms[honest["a"]], honest["b"], arms[honest["b"]],
-                                          honest["deltas"])})
+                                          honest["deltas"], parameters.get("noninferiority_margin"))})
     return out
 
 
@@ -120,7 +123,8 @@ def verify_rows(artifact: dict[str, Any], index: dict[str, Any]) -> tuple[list[s
             rows_by_arm[arm].append((ref, row.data))
     if problems:
         return problems, None
-    rebuilt = build(header_of(artifact), rows_by_arm)
+    params = artifact.get("parameters")
+    rebuilt = build(header_of(artifact), rows_by_arm, params if isinstance(params, dict) else None)
     for key in sorted(set(rebuilt) | set(artifact)):
         if rebuilt.get(key) != artifact.get(key):
             problems.append(f"{key}: the artifact's figures differ from those recomputed from the ledger rows")

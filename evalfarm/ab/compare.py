@@ -10,9 +10,12 @@ holding the rows recomputes the same numbers bit for bit:
   runs on those tasks come along), ``BOOTSTRAP_RESAMPLES`` resamples from
   ``random.Random(BOOTSTRAP_SEED)``;
 - the verdict: quality first (pass-rate delta beyond ``QUALITY_TOLERANCE`` *and* its interval
-  excludes zero), then cost breaks a quality tie (median-USD delta beyond ``COST_TOLERANCE``
-  of the larger median *and* its interval excludes zero), otherwise ``tie``. A winner needs
-  cost and quality measured for both honest arms; else ``incomparable``.
+  excludes zero). A quality *tie* needs evidence: the delta's whole interval inside the
+  non-inferiority margin (``NONINFERIORITY_MARGIN``, recorded in the artifact); a wider interval
+  is ``inconclusive``, with the trials per task that would be needed. Only a proven quality tie
+  lets cost decide (median-USD delta beyond ``COST_TOLERANCE`` of the larger median *and* its
+  interval excludes zero), otherwise ``tie``. A winner needs cost and quality measured for both
+  honest arms; else ``incomparable``.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ from typing import Any, Callable, Sequence
 BOOTSTRAP_SEED = 20261130
 BOOTSTRAP_RESAMPLES = 1000
 QUALITY_TOLERANCE = 0.02  # absolute pass-rate difference treated as equal
+# a quality tie needs evidence: the pass-rate delta's whole interval within +-this margin (non-inferiority)
+NONINFERIORITY_MARGIN = 0.05
 COST_TOLERANCE = 0.02  # relative median-USD difference treated as equal
 DIGITS = 10
 
@@ -148,8 +153,20 @@ def compare_arms(a: str, a_rows: list[dict[str, Any]], fa: dict[str, Any], b: st
     return deltas
 
 
-def verdict(a: str, fa: dict[str, Any], b: str, fb: dict[str, Any], deltas: dict[str, Any]) -> dict[str, Any]:
-    """Winner, tie or incomparable for the honest pair (a, b)."""
+def trials_needed(ci: list[float], delta: float, trials: int, margin: float) -> int | None:
+    """Trials per task for the interval to fit inside +-margin, if the observed delta held (the
+    interval narrows as 1/sqrt(trials)); None when the delta itself is at or beyond the margin."""
+    room = margin - abs(delta)
+    if room <= 0:
+        return None
+    half = (ci[1] - ci[0]) / 2
+    return max(trials + 1, math.ceil(trials * (half / room) ** 2))
+
+
+def verdict(a: str, fa: dict[str, Any], b: str, fb: dict[str, Any], deltas: dict[str, Any],
+            margin: float | None = NONINFERIORITY_MARGIN) -> dict[str, Any]:
+    """Winner, tie, inconclusive or incomparable for the honest pair (a, b). ``margin`` None is the
+    rule of artifacts made before the non-inferiority margin (a quality tie without evidence)."""
     missing = [{"arm": arm, "axis": axis, **f["not_measured"][axis]}
                for arm, f in ((a, fa), (b, fb)) for axis in ("cost", "quality") if axis in f["not_measured"]]
     if missing:
@@ -162,6 +179,16 @@ def verdict(a: str, fa: dict[str, Any], b: str, fb: dict[str, Any], deltas: dict
         return {"result": "winner", "winner": win, "decided_by": "quality", "not_measured": [],
                 "reason": f"pass rate {q['b']:.4f} vs {q['a']:.4f} (delta {q['delta']:+.4f}, "
                           f"95% CI [{q['ci95'][0]:+.4f}, {q['ci95'][1]:+.4f}])"}
+    ci = q["ci95"]
+    if margin is not None and not (-margin <= ci[0] and ci[1] <= margin):
+        trials = max(1, round(fb["runs"] / fb["tasks"])) if fb.get("tasks") else 1
+        need = trials_needed(ci, q["delta"], trials, margin)
+        more = (f"about {need} trials per task (now {trials}) would be needed to show a tie" if need else
+                "the observed delta is at or beyond the margin: more trials would not show a tie")
+        return {"result": "inconclusive", "winner": None, "decided_by": None, "not_measured": [],
+                "trials_needed": need,
+                "reason": f"quality not shown equal: pass-rate delta {q['delta']:+.4f}, 95% CI [{ci[0]:+.4f}, "
+                          f"{ci[1]:+.4f}] is not inside the non-inferiority margin +-{margin:g}; {more}"}
     scale = max(abs(c["a"]), abs(c["b"]))
     if scale > 0 and abs(c["delta"]) > COST_TOLERANCE * scale and c["ci_excludes_zero"]:
         win = a if c["delta"] > 0 else b
@@ -179,4 +206,4 @@ def parameters() -> dict[str, Any]:
     """The fixed parameters, recorded in every artifact."""
     return {"bootstrap_seed": BOOTSTRAP_SEED, "bootstrap_resamples": BOOTSTRAP_RESAMPLES, "ci": 0.95,
             "quality_tolerance": QUALITY_TOLERANCE, "cost_tolerance_relative": COST_TOLERANCE,
-            "aggregate": "median"}
+            "noninferiority_margin": NONINFERIORITY_MARGIN, "aggregate": "median"}

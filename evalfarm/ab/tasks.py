@@ -35,7 +35,7 @@ def _label(value: str | None) -> str | None:
 class Task(_Model):
     id: str = Field(min_length=1)
     input: str
-    expected: str
+    expected: str | None = None  # required unless the suite's scorer is none
 
     @field_validator("id")
     @classmethod
@@ -111,6 +111,11 @@ def _validate(model: type[_Model], path: Path, what: str) -> _Model:
             raise SpecError(f"duplicate task id {task.id!r} (first on line {first[task.id]}); ids must be unique",
                             path=str(path), line=line, field=f"tasks[{i}].id")
         first[task.id] = line
+    scorer = getattr(obj, "scorer", "exact")  # a tasks file (variant mode) is always scored
+    for i, task in enumerate(tasks):
+        if task.expected is None and scorer != "none":
+            raise SpecError(f"required with scorer {scorer!r}: the expected answer (or set scorer: none in a suite)",
+                            path=str(path), line=line_for(lines, ("tasks", i)), field=f"tasks[{i}].expected")
     return obj
 
 

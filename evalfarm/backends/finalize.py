@@ -13,7 +13,7 @@ import os
 from datetime import datetime, timezone
 
 from ..logs import get_logger
-from ..core.report import ReportBuilder, head_bytes, outcome_lines, render_markdown
+from ..core.report import ReportBuilder, head_bytes, render_markdown, section_lines
 from ..spec.models import EvalSpec
 from .store import RunStore, batched
 
@@ -42,8 +42,12 @@ def finalize(store: RunStore, run_id: str, stopped: str | None = None) -> bool:
     for keys in batched(store.iter_item_keys(run_id), 1000):
         lines = [builder.add(raw) for raw in store.get_results(run_id, keys) if raw is not None]
         if lines:
-            store.append_report(run_id, outcome_lines(lines, first))
+            store.append_report(run_id, section_lines(lines, first))
             first = False
+    first = True
+    for prompts in batched(store.iter_prompts(run_id), 1000):
+        store.append_report(run_id, section_lines(prompts, first), "prompts")
+        first = False
     finished = datetime.now(timezone.utc)
     started = datetime.fromisoformat(meta["started_at"])
     head = builder.head(run_id=run_id, spec_hash=meta.get("spec_hash") or "", mode=meta["mode"],

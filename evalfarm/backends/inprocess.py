@@ -14,6 +14,7 @@ import signal
 import threading
 
 from ..core.outcome import Outcome
+from ..core.plan import store_rows
 from ..engine.items import Engine
 from ..providers.limits import set_process_cap
 from .base import Plan, ProgressFn
@@ -57,7 +58,7 @@ class InProcessBackend:
 
         async def produce() -> None:
             for chunk in batched(plan.items(), PLAN_CHUNK):
-                store.add_items(run_id, [(i.key, i.to_json()) for i in chunk])
+                store.add_items(run_id, *store_rows(chunk))
                 for item in chunk:
                     await queue.put(item)
             store.update_meta(run_id, planned=True, state="running", spec_hash=plan.spec_hash)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator
 
-from ..core.report import OUTCOMES_CLOSE
+from ..core.report import PROMPTS_OPEN, REPORT_CLOSE, SECTIONS
 
 COST_SCALE = 1_000_000_000  # cost counters are integer nano-dollars: INCRBY is exact, floats are not
 
@@ -39,8 +39,12 @@ class RunStore(ABC):
     def create_run(self, run_id: str, meta: dict[str, Any]) -> None: ...
 
     @abstractmethod
-    def add_items(self, run_id: str, items: list[tuple[str, str]]) -> None:
-        """Append (key, item JSON) pairs to the plan, in plan order."""
+    def add_items(self, run_id: str, items: list[tuple[str, str]], prompts: list[str] = ()) -> None:
+        """Append (key, item JSON) pairs to the plan, in plan order, and the new prompts' JSON."""
+
+    @abstractmethod
+    def iter_prompts(self, run_id: str) -> Iterator[str]:
+        """The plan's prompts (JSON text), each once, in plan order."""
 
     @abstractmethod
     def get_meta(self, run_id: str) -> dict[str, Any] | None: ...
@@ -102,8 +106,8 @@ class RunStore(ABC):
         """Forget a report under construction (an aggregate that runs again starts over)."""
 
     @abstractmethod
-    def append_report(self, run_id: str, data: bytes) -> None:
-        """Append outcome lines to the report's body."""
+    def append_report(self, run_id: str, data: bytes, section: str = "outcomes") -> None:
+        """Append lines to a section of the report's body (``outcomes`` or ``prompts``)."""
 
     @abstractmethod
     def put_report_head(self, run_id: str, head: bytes) -> None:
@@ -146,8 +150,9 @@ class MemoryStore(RunStore):
         self._counts: dict[str, dict[str, int]] = {}
         self._pending: dict[str, dict[str, str]] = {}
         self._claims: set[tuple[str, str]] = set()
+        self._prompts: dict[str, list[str]] = {}
         self._heads: dict[str, bytes] = {}
-        self._bodies: dict[str, list[bytes]] = {}
+        self._bodies: dict[tuple[str, str], list[bytes]] = {}
         self._blobs: dict[tuple[str, str], bytes] = {}
 
     def ping(self) -> None:
@@ -159,9 +164,13 @@ class MemoryStore(RunStore):
             for table in (self._items, self._results, self._rmeta, self._counts, self._pending):
                 table.setdefault(run_id, {})
 
-    def add_items(self, run_id: str, items: list[tuple[str, str]]) -> None:
+    def add_items(self, run_id: str, items: list[tuple[str, str]], prompts: list[str] = ()) -> None:
         with self._lock:
             self._items[run_id].update(items)  # a dict keeps insertion (plan) order
+            self._prompts.setdefault(run_id, []).extend(prompts)
+
+    def iter_prompts(self, run_id: str) -> Iterator[str]:
+        return iter(list(self._prompts.get(run_id, [])))
 
     def get_meta(self, run_id: str) -> dict[str, Any] | None:
         meta = self._meta.get(run_id)
@@ -245,10 +254,11 @@ class MemoryStore(RunStore):
 
     def clear_report(self, run_id: str) -> None:
         self._heads.pop(run_id, None)
-        self._bodies[run_id] = []
+        for section in SECTIONS:
+            self._bodies[(run_id, section)] = []
 
-    def append_report(self, run_id: str, data: bytes) -> None:
-        self._bodies.setdefault(run_id, []).append(data)
+    def append_report(self, run_id: str, data: bytes, section: str = "outcomes") -> None:
+        self._bodies.setdefault((run_id, section), []).append(data)
 
     def put_report_head(self, run_id: str, head: bytes) -> None:
         self._heads[run_id] = head
@@ -257,13 +267,16 @@ class MemoryStore(RunStore):
         head = self._heads.get(run_id)
         if head is None:
             return 0
-        return len(head) + sum(map(len, self._bodies.get(run_id, []))) + len(OUTCOMES_CLOSE)
+        body = sum(len(b) for section in SECTIONS for b in self._bodies.get((run_id, section), []))
+        return len(head) + body + len(PROMPTS_OPEN) + len(REPORT_CLOSE)
 
     def iter_report(self, run_id: str) -> Iterator[bytes]:
         if run_id in self._heads:
             yield self._heads[run_id]
-            yield from list(self._bodies.get(run_id, []))
-            yield OUTCOMES_CLOSE
+            yield from list(self._bodies.get((run_id, "outcomes"), []))
+            yield PROMPTS_OPEN
+            yield from list(self._bodies.get((run_id, "prompts"), []))
+            yield REPORT_CLOSE
 
     def runs(self) -> list[str]:
         return sorted(self._meta, reverse=True)

@@ -34,30 +34,45 @@ def _winner(delta: float, tolerance: float) -> str:
 
 
 def diff_reports(a: dict[str, Any], b: dict[str, Any], tolerance: float = 0.01) -> dict[str, Any]:
-    """An adapter present in one run only counts 0 on the other side. An adapter present in both
-    whose items all errored on a side was not measured there: its winner is "unmeasured" and it
-    stays out of the overall mean (a configuration problem never reads as a quality decline)."""
+    """Per-adapter deltas, b minus a. A figure that was not measured (the adapter is absent from a
+    run, or every item of it errored there) is ``None`` (shown ``n/a``), has no delta and no winner
+    ("only in a", "only in b", "unmeasured"), and stays out of the overall mean: a missing adapter or
+    a configuration problem never reads as a score of 0 or a quality decline."""
     adapters = list(a["per_adapter"]) + [x for x in b["per_adapter"] if x not in a["per_adapter"]]
     rows: dict[str, dict[str, Any]] = {}
     for adapter in adapters:
         in_a, in_b = adapter in a["per_adapter"], adapter in b["per_adapter"]
         fa, fb = a["per_adapter"].get(adapter, {}), b["per_adapter"].get(adapter, {})
-        unmeasured = (in_a and fa.get("overall") is None) or (in_b and fb.get("overall") is None)
-        oa, ob = fa.get("overall") or 0.0, fb.get("overall") or 0.0
-        ga, gb = fa.get("golden_pass_rate") or 0.0, fb.get("golden_pass_rate") or 0.0
+        oa, ob = fa.get("overall"), fb.get("overall")
+        ga, gb = fa.get("golden_pass_rate"), fb.get("golden_pass_rate")
+        if not in_b:
+            winner = "only in a"
+        elif not in_a:
+            winner = "only in b"
+        elif oa is None or ob is None:
+            winner = "unmeasured"
+        else:
+            winner = _winner(ob - oa, tolerance)
         rows[adapter] = {
-            "overall_a": oa, "overall_b": ob, "overall_delta": round(ob - oa, 6),
-            "golden_rate_a": ga, "golden_rate_b": gb, "golden_rate_delta": round(gb - ga, 6),
-            "in_a": in_a, "in_b": in_b, "measured": not unmeasured,
-            "winner": "unmeasured" if unmeasured else _winner(ob - oa, tolerance),
+            "overall_a": oa, "overall_b": ob, "overall_delta": _delta(oa, ob),
+            "golden_rate_a": ga, "golden_rate_b": gb, "golden_rate_delta": _delta(ga, gb),
+            "in_a": in_a, "in_b": in_b, "measured": oa is not None and ob is not None, "winner": winner,
         }
     counted = [r for r in rows.values() if r["measured"]]
-    mean_a = sum(r["overall_a"] for r in counted) / len(counted) if counted else 0.0
-    mean_b = sum(r["overall_b"] for r in counted) / len(counted) if counted else 0.0
+    mean_a = sum(r["overall_a"] for r in counted) / len(counted) if counted else None
+    mean_b = sum(r["overall_b"] for r in counted) / len(counted) if counted else None
     return {"a": a.get("run_id"), "b": b.get("run_id"), "tolerance": tolerance, "per_adapter": rows,
-            "overall_a": round(mean_a, 6), "overall_b": round(mean_b, 6),
-            "overall_delta": round(mean_b - mean_a, 6),
-            "winner": _winner(mean_b - mean_a, tolerance) if counted else "unmeasured"}
+            "overall_a": _r6(mean_a), "overall_b": _r6(mean_b), "overall_delta": _delta(mean_a, mean_b),
+            "winner": _winner(mean_b - mean_a, tolerance) if counted else "unmeasured",
+            "compared": len(counted)}
+
+
+def _r6(x: float | None) -> float | None:
+    return None if x is None else round(x, 6)
+
+
+def _delta(x: float | None, y: float | None) -> float | None:
+    return None if x is None or y is None else round(y - x, 6)
 
 
 # --- cases -------------------------------------------------------------------------------------------

@@ -98,7 +98,7 @@ def _print_suite(res) -> None:
                 parts.append(f"{name} {d['delta']:+.6g} [{d['ci95'][0]:+.6g}, {d['ci95'][1]:+.6g}]")
         click.echo(f"{c['b']} vs {c['a']} ({c['label']}): " + "; ".join(parts))
     v = a["verdict"]
-    head = {"winner": f"WINNER {v['winner']} (by {v['decided_by']})", "tie": "TIE",
+    head = {"winner": f"WINNER {v['winner']} (by {v['decided_by']})", "tie": "TIE", "inconclusive": "INCONCLUSIVE",
             "incomparable": "INCOMPARABLE"}[v["result"]]
     click.echo(f"{head}: {v['reason']}")
     for m in v["not_measured"]:
@@ -118,7 +118,8 @@ def _print_variants(r: dict[str, Any]) -> None:
         click.echo(f"{t['id']:<24} {_fmt(t['score_a'], '{:.2f}'):>5} {_fmt(t['score_b'], '{:.2f}'):>5} "
                    f"{_fmt(t['delta'], '{:+.2f}'):>6}")
     v = r["verdict"]
-    click.echo(f"WINNER {v['winner']}: {v['reason']}" if v["result"] == "winner" else f"TIE: {v['reason']}")
+    click.echo(f"WINNER {v['winner']}: {v['reason']}" if v["result"] == "winner" else
+               f"{v['result'].upper()}: {v['reason']}")
 
 
 path_option = dict(type=click.Path(dir_okay=False, path_type=Path))

@@ -51,13 +51,13 @@ def diff(run_a: str, run_b: str, tolerance: float, alpha: float, state_dir: Path
     trials), and whether the change in pass rate is significant (McNemar's paired test).
     """
     from ..ci.pipeline import diff_output, diff_text
-    from .console import diff_table, out_console
+    from .console import diff_table, out_console, print_table
 
     result = diff_output(run_a, run_b, tolerance, alpha, state_dir)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
-        out_console.print(diff_table(result))
+        print_table(out_console, diff_table(result))
         for line in diff_text(result):
             click.echo(line)
 

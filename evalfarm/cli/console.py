@@ -1,17 +1,27 @@
-"""User-facing output with rich: run summary, diff table, live progress."""
+"""User-facing output with rich: the run summary, why items failed, the diff table, live progress.
+
+User strings (spec names, adapter ids, error messages) are never rich markup or emoji codes:
+``escape()`` and ``emoji=False``. On a terminal the summary fits its width (80 columns included):
+when the wide table does not fit, adapters become columns and figures rows; piped, nothing is cut.
+"""
 from __future__ import annotations
 
 import sys
 from typing import Any
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-# user strings (spec names, adapter ids) are never rich markup or emoji codes: escape() and emoji=False
+from ..core.verdict import NOTHING, PASSED, run_verdict
+
 err_console = Console(stderr=True, emoji=False)
-out_console = Console(width=None if sys.stdout.isatty() else 140, emoji=False)
+out_console = Console(emoji=False, soft_wrap=False)
+
+FIGURES = (("items", "items"), ("errors", "errors"), ("golden", "golden"), ("judge", "judge"), ("overall", "overall"),
+           ("p50 ms", "p50"), ("p95 ms", "p95"), ("tokens in/out", "tokens"), ("cost $", "cost"),
+           ("judge $", "judge_cost"))
 
 
 def _pct(v: float | None) -> str:
@@ -22,75 +32,156 @@ def _num(v: float | None, fmt: str = "{:.3f}") -> str:
     return "n/a" if v is None else fmt.format(v)
 
 
+def _cells(f: dict[str, Any]) -> dict[str, str]:
+    return {"items": str(f["items"]), "errors": str(f["errors"]), "golden": _pct(f["golden_pass_rate"]),
+            "judge": _num(f["judge_mean"]), "overall": _num(f["overall"]),
+            "p50": _num(f["latency_ms_p50"], "{:.1f}"), "p95": _num(f["latency_ms_p95"], "{:.1f}"),
+            "tokens": f"{f.get('tokens_in', 0)}/{f.get('tokens_out', 0)}", "cost": _num(f.get("cost_usd"), "{:.4f}"),
+            "judge_cost": _num(f.get("judge_cost_usd"), "{:.4f}")}
+
+
+def _title(report: dict[str, Any]) -> str:
+    return f"{escape(str(report['spec_name']))}  ({report['run_id']}, {report['mode']}, {report['duration_s']} s)"
+
+
 def summary_table(report: dict[str, Any]) -> Table:
-    table = Table(title=f"{escape(str(report['spec_name']))}  ({report['run_id']}, {report['mode']}, "
-                        f"{report['duration_s']} s)")
-    for col in ("adapter", "items", "errors", "golden", "judge", "overall", "p50 ms", "p95 ms",
-                "tokens in/out", "cost $", "judge $"):
-        table.add_column(col, justify="left" if col == "adapter" else "right")
+    """One row per adapter, a column per figure."""
+    table = Table(title=_title(report))
+    table.add_column("adapter", overflow="fold")
+    for label, _ in FIGURES:
+        table.add_column(label, justify="right", no_wrap=True)
     for adapter, f in report["per_adapter"].items():
-        table.add_row(escape(adapter), str(f["items"]), str(f["errors"]), _pct(f["golden_pass_rate"]),
-                      _num(f["judge_mean"]), _num(f["overall"]), _num(f["latency_ms_p50"], "{:.1f}"),
-                      _num(f["latency_ms_p95"], "{:.1f}"), f"{f.get('tokens_in', 0)}/{f.get('tokens_out', 0)}",
-                      _num(f.get("cost_usd"), "{:.4f}"), _num(f.get("judge_cost_usd"), "{:.4f}"))
+        cells = _cells(f)
+        table.add_row(escape(adapter), *(cells[key] for _, key in FIGURES))
     return table
 
 
-def print_summary(report: dict[str, Any], paths: list[str]) -> None:
-    out_console.print(summary_table(report))
+def summary_columns(report: dict[str, Any]) -> Table:
+    """The narrow layout: a row per figure, a column per adapter (names fold, never '...')."""
+    table = Table(title=_title(report))
+    table.add_column("", no_wrap=True)
+    for adapter in report["per_adapter"]:
+        table.add_column(escape(adapter), justify="right", overflow="fold")
+    cells = {a: _cells(f) for a, f in report["per_adapter"].items()}
+    for label, key in FIGURES:
+        table.add_row(label, *(cells[a][key] for a in report["per_adapter"]))
+    return table
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Piped, a table gets the width it needs (nothing folded or cut); on a terminal, the terminal's."""
+    if not console.is_terminal:
+        needed = Measurement.get(console, console.options.update(max_width=100_000), table).maximum
+        console.width = max(console.width, needed)
+    console.print(table)
+
+
+def fitted(console: Console, report: dict[str, Any]) -> Table:
+    """The wide table when it fits the terminal, else the narrow one; piped output is never cut."""
+    wide = summary_table(report)
+    needed = Measurement.get(console, console.options.update(max_width=100_000), wide).maximum
+    if not console.is_terminal:
+        console.width = max(console.width, needed)
+        return wide
+    return wide if needed <= console.width else summary_columns(report)
+
+
+def explain_errors(report: dict[str, Any], limit: int = 3) -> list[str]:
+    """The top error classes per adapter with one example message and what to check."""
+    lines = []
+    for adapter, f in report["per_adapter"].items():
+        examples = f.get("error_examples") or {}
+        for cls, e in list(examples.items())[:limit]:
+            lines.append(f"{adapter}: {e['count']} x {cls} ({e.get('stage') or 'adapter'}), e.g. {e['example']}")
+            if e.get("hint"):
+                lines.append(f"  -> {e['hint']}")
+        if len(examples) > limit:
+            lines.append(f"{adapter}: ... and {len(examples) - limit} more error classes (see the report)")
+    return lines
+
+
+def print_summary(report: dict[str, Any], paths: list[str], console: Console | None = None) -> None:
+    console = console or out_console
+    console.print(fitted(console, report))
+    if not console.is_terminal:
+        console.soft_wrap = True  # piped: a line is a line, never folded at some width
     for adapter, f in report["per_adapter"].items():
         if "pass_k" in f:
             pk = f["pass_k"]
-            out_console.print(f"{escape(adapter)}: pass^{pk['k']} {_pct(pk['rate'])}, flaky: "
-                              f"{escape(', '.join(pk['flaky'])) or 'none'}", highlight=False)
+            console.print(f"{escape(adapter)}: pass^{pk['k']} {_pct(pk['rate'])}, flaky: "
+                          f"{escape(', '.join(pk['flaky'])) or 'none'}", highlight=False)
         if f.get("failure_modes"):
             modes = ", ".join(f"{k} {v}" for k, v in f["failure_modes"].items())
-            out_console.print(f"{escape(adapter)}: failure modes: {modes}", highlight=False)
+            console.print(f"{escape(adapter)}: failure modes: {modes}", highlight=False)
     cost = report.get("cost") or {}
     if cost:
-        out_console.print(f"spend: models ${cost['model_usd']:.6f}, judge ${cost['judge_usd']:.6f} "
-                          f"(total ${cost['total_usd']:.6f})", highlight=False)
+        console.print(f"spend: models ${cost['model_usd']:.6f}, judge ${cost['judge_usd']:.6f} "
+                      f"(total ${cost['total_usd']:.6f})", highlight=False)
+    for line in explain_errors(report):
+        console.print(escape(line), highlight=False)
     for failure in report["threshold_failures"]:
-        out_console.print(f"[red]threshold failed[/red] {escape(failure)}", highlight=False)
-    if report["nothing_measured"]:
-        out_console.print("[red]NOTHING MEASURED[/red]: every item errored (runtime errors, not quality); "
-                          "check the adapters' configuration")
-    elif report["thresholds_passed"]:
-        out_console.print("[green]PASSED[/green]")
+        console.print(f"[red]threshold failed[/red] {escape(failure)}", highlight=False)
+    verdict = run_verdict(report)
+    if verdict == NOTHING:
+        console.print("[red]NOTHING MEASURED[/red]: every item errored (runtime errors, not quality); "
+                      "the errors above say what to check")
+    elif report.get("stopped"):
+        console.print(f"[yellow]{escape(verdict)}[/yellow]: {report.get('items_done')} of "
+                      f"{report.get('items_planned')} items measured; a partial report", highlight=False)
+    elif verdict == PASSED:
+        console.print("[green]PASSED[/green]")
     else:
-        out_console.print("[red]FAILED[/red]")
+        console.print("[red]FAILED[/red]")
     for p in paths:
-        out_console.print(f"saved {escape(p)}", highlight=False)
+        console.print(f"saved {escape(p)}", highlight=False)
 
 
 def diff_table(d: dict[str, Any]) -> Table:
     table = Table(title=f"diff a={d['a']} b={d['b']} (tolerance {d['tolerance']})")
     for col in ("adapter", "overall a", "overall b", "delta", "golden a", "golden b", "delta", "winner"):
-        table.add_column(col, justify="left" if col in ("adapter", "winner") else "right")
+        table.add_column(col, justify="left" if col in ("adapter", "winner") else "right",
+                         overflow="fold" if col == "adapter" else "ellipsis")
     for adapter, r in d["per_adapter"].items():
-        table.add_row(escape(adapter), f"{r['overall_a']:.3f}", f"{r['overall_b']:.3f}", f"{r['overall_delta']:+.3f}",
-                      f"{r['golden_rate_a']:.3f}", f"{r['golden_rate_b']:.3f}", f"{r['golden_rate_delta']:+.3f}",
+        table.add_row(escape(adapter), _num(r["overall_a"]), _num(r["overall_b"]), _num(r["overall_delta"], "{:+.3f}"),
+                      _num(r["golden_rate_a"]), _num(r["golden_rate_b"]), _num(r["golden_rate_delta"], "{:+.3f}"),
                       r["winner"])
-    table.caption = f"overall winner: {d['winner']} (mean overall delta {d['overall_delta']:+.4f})"
+    if d.get("compared"):
+        table.caption = (f"overall winner: {d['winner']} (mean overall delta {d['overall_delta']:+.4f} over the "
+                         f"{d['compared']} adapter(s) measured in both runs)")
+    else:
+        table.caption = "no adapter was measured in both runs: no winner"
     return table
 
 
+def eta(p) -> str:
+    """Time left at the run's own rate; before the first result there is no rate to speak of."""
+    if p.done <= 0 or p.elapsed_s <= 0:
+        return "ETA after the first results"
+    if p.done >= p.total:
+        return "ETA 0:00"
+    left = (p.total - p.done) * p.elapsed_s / p.done
+    m, s = divmod(int(left + 0.5), 60)
+    return f"ETA {m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"ETA {m}:{s:02d}"
+
+
 class LiveProgress:
-    """A bar for the run and one per adapter: done/total, items/s, ETA, errors, spend so far
-    (model and judge). Items/s is measured over the run's life, so attaching late reads true."""
+    """A bar for the run and one per adapter: done/total, items/s, errors, spend so far (model and
+    judge), ETA. Rates are measured over the run's life, so attaching late reads true."""
 
     def __init__(self, enabled: bool | None = None, console: Console | None = None) -> None:
         self.console = console or err_console
         self.enabled = self.console.is_terminal if enabled is None else enabled
-        self._progress: Progress | None = None
-        self._tasks: dict[str, TaskID] = {}
+        self._progress = None
+        self._tasks: dict[str, Any] = {}
 
     def __enter__(self) -> "LiveProgress":
         if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
             self._progress = Progress(
                 TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("{task.fields[rate]:>8} it/s"), TextColumn("err {task.fields[errors]}"),
-                TextColumn("{task.fields[spend]}"), TextColumn("ETA"), TimeRemainingColumn(),
+                TextColumn("{task.fields[spend]}"), TextColumn("{task.fields[eta]}"),
                 console=self.console, transient=False, refresh_per_second=8)
             self._progress.__enter__()
         return self
@@ -117,5 +208,7 @@ class LiveProgress:
             return
         for name, (done, errs, total, rate, spend) in self.rows(p).items():
             if name not in self._tasks:
-                self._tasks[name] = self._progress.add_task(escape(name), total=total, rate="-", errors=0, spend="")
-            self._progress.update(self._tasks[name], completed=done, rate=rate, errors=errs, spend=spend)
+                self._tasks[name] = self._progress.add_task(escape(name), total=total, rate="-", errors=0, spend="",
+                                                            eta="")
+            self._progress.update(self._tasks[name], completed=done, rate=rate, errors=errs, spend=spend,
+                                  eta=eta(p) if name == "total" else "")

@@ -20,13 +20,17 @@ from ..errors import EvalfarmError, UsageError
 @click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="YAML list of {match: REGEX, reply: TEXT} rules tried before echoing.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for injected errors.")
+@click.option("--agent-script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="YAML tool-use script for coding agents (claude, codex, gemini, aider, opencode).")
 def mock_provider(host: str, port: int, latency_ms: float, error_rate: float, rate_limit: float | None,
-                  api_key: str | None, script: Path | None, seed: int) -> None:
+                  api_key: str | None, script: Path | None, seed: int, agent_script: Path | None) -> None:
     """A local OpenAI-compatible chat server: echo or scripted replies, usage, 429s, 5xx."""
+    from ..providers.mock_agents import AgentProtocols, load_agent_script
     from ..providers.mock_server import MockProvider, load_script, serve
 
     try:
         rules = load_script(script) if script else None
+        agents = AgentProtocols(load_agent_script(agent_script)) if agent_script else None
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from None
     import socket
@@ -38,7 +42,9 @@ def mock_provider(host: str, port: int, latency_ms: float, error_rate: float, ra
         except OSError as exc:
             raise UsageError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror}); "
                              "pick another port") from None
-    serve(host, port, MockProvider(latency_ms, error_rate, rate_limit, api_key, rules, seed))
+    provider = MockProvider(latency_ms, error_rate, rate_limit, api_key, rules, seed)
+    provider.agents = agents
+    serve(host, port, provider)
 
 
 @click.command()

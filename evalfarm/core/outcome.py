@@ -22,7 +22,8 @@ class Outcome:
     judge_reason: str | None = None
     passed: bool | None = None  # the item's quality verdict (core.verdict); None when nothing was measured
     failure_mode: str | None = None
-    latency_ms: float | None = None  # the provider call itself (retries included), never queue time
+    latency_ms: float | None = None  # the answered provider request's own round trip, the same in every backend
+    wait_ms: float | None = None  # time before it: limiter slots, failed attempts and their backoff
     finish_reason: str | None = None
     input_tokens: int = 0
     output_tokens: int = 0

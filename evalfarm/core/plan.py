@@ -21,6 +21,7 @@ class Item:
     adapter: str
     trial: int
     prompt_json: str | None = field(default=None, compare=False, repr=False)
+    first: bool = field(default=False, compare=False, repr=False)  # the first item of its prompt in the plan
 
     def to_json(self) -> str:
         # the canonical JSON of {"adapter", "key", "prompt", "trial"}, with the prompt's JSON made once
@@ -50,10 +51,12 @@ def iter_items(spec: EvalSpec, prompts: Iterable[PromptSpec], adapter_configs: d
         pj = prompt_json(prompt)
         if on_prompt is not None:
             on_prompt(pj)
+        first = True
         for adapter, adapter_json in adapters:
             for trial in range(n_trials):
                 key = sha256_hex(f'{{"adapter":{adapter_json},"judge":{judge},"prompt":{pj},"trial":{trial}}}')
-                yield Item(key, prompt, adapter, trial, pj)
+                yield Item(key, prompt, adapter, trial, pj, first=first)
+                first = False
 
 
 class SpecHasher:
@@ -67,3 +70,9 @@ class SpecHasher:
 
     def hexdigest(self) -> str:
         return self._h.hexdigest()
+
+
+def store_rows(chunk: list[Item]) -> tuple[list[tuple[str, str]], list[str]]:
+    """What a run store keeps of a chunk of the plan: (key, item JSON) per item, and each prompt's JSON
+    once (the report's ``prompts`` section: what was asked, for readers and re-scoring)."""
+    return [(i.key, i.to_json()) for i in chunk], [i.prompt_json or prompt_json(i.prompt) for i in chunk if i.first]

@@ -2,7 +2,8 @@
 
 A report is a head (what ran, the per-adapter figures, thresholds, spend, and why it
 stopped early, if it did) followed by the outcomes in plan order, one JSON object per
-line. ``ReportBuilder`` takes the stored outcomes one at a time (as the JSON the store
+line, then the prompts as they were sent (one per line: what each case asked and how it
+is scored, so a reader or a re-score needs no spec file). ``ReportBuilder`` takes the stored outcomes one at a time (as the JSON the store
 holds), aggregates them and passes their bytes through, so a 100,000-item report is
 never a list in memory; ``report_chunks`` frames the head and the outcome lines as the
 file's bytes. Both backends write reports through these functions, so their reports are
@@ -15,18 +16,22 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
+from ..canonical import canonical_json
 from ..names import label_problem, run_id_problem
 from ..spec.models import EvalSpec
 from .aggregate import Aggregator, nothing_measured, run_cost, threshold_failures
 from .verdict import exit_code, item_passed, run_verdict
+from .why import ErrorExamples
 
 SCHEMA = "evalfarm.report/1"
 # Fields that depend on when and how a run happened, not on what it measured.
 VOLATILE = ("run_id", "mode", "started_at", "finished_at", "duration_s")
 VOLATILE_FIGURES = ("latency_ms_p50", "latency_ms_p95")
-VOLATILE_OUTCOME = ("latency_ms",)
+VOLATILE_OUTCOME = ("latency_ms", "wait_ms")
 OUTCOMES_OPEN = ',\n  "outcomes": ['
-OUTCOMES_CLOSE = b"\n  ]\n}\n"
+PROMPTS_OPEN = b'\n  ],\n  "prompts": ['
+REPORT_CLOSE = b"\n  ]\n}\n"
+SECTIONS = ("outcomes", "prompts")
 FAILED_SAMPLE = 50  # failed items the Markdown lists
 
 
@@ -56,6 +61,7 @@ class RunReport:
     stopped: str | None = None  # "interrupted" (Ctrl-C), "budget", "cancelled": a partial report
     schema: str = SCHEMA
     outcomes: list[dict[str, Any]] = field(default_factory=list)
+    prompts: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -76,6 +82,7 @@ class ReportBuilder:
     def __init__(self, spec: EvalSpec, trials: int) -> None:
         self.spec, self.trials = spec, trials
         self.agg = Aggregator(spec.adapter_ids, trials, spec.judge.weight if spec.judge else None)
+        self.errors = ErrorExamples(spec)
         self.failed: list[dict[str, Any]] = []
         self.count = 0
 
@@ -83,6 +90,7 @@ class ReportBuilder:
         """Aggregate one stored outcome; returns its line in the report file."""
         o = json.loads(raw)
         self.agg.add(o)
+        self.errors.add(o)
         if len(self.failed) < FAILED_SAMPLE and (o.get("error") or item_passed(o) is False):
             self.failed.append(o)
         self.count += 1
@@ -92,6 +100,8 @@ class ReportBuilder:
         """The report without its outcomes. ``run``: run_id, spec_hash, mode, started_at,
         finished_at, duration_s, items_planned and stopped."""
         per_adapter = self.agg.figures()
+        for adapter, fig in per_adapter.items():
+            fig["error_examples"] = self.errors.of(adapter)
         failures = threshold_failures(per_adapter, self.spec.thresholds)
         empty = nothing_measured(per_adapter)
         spec = self.spec
@@ -113,24 +123,30 @@ def head_bytes(head: dict[str, Any]) -> bytes:
     return (text[:-2] + OUTCOMES_OPEN).encode("utf-8")
 
 
-def outcome_lines(lines: Iterable[str], first: bool) -> bytes:
-    """Outcome lines as they follow each other in the file (``first``: nothing precedes them)."""
+def section_lines(lines: Iterable[str], first: bool) -> bytes:
+    """Lines of a section (outcomes or prompts) as they follow each other in the file (``first``:
+    nothing of the section precedes them)."""
     sep = ",\n    "
     body = sep.join(lines)
     return (("\n    " if first else sep) + body).encode("utf-8") if body else b""
 
 
-def report_chunks(head: dict[str, Any], lines: Iterable[str]) -> Iterator[bytes]:
-    """A whole report file from a head and outcome lines (the Python API and tests)."""
+
+def report_chunks(head: dict[str, Any], lines: Iterable[str], prompts: Iterable[str] = ()) -> Iterator[bytes]:
+    """A whole report file from a head, outcome lines and prompt lines."""
     yield head_bytes(head)
-    yield outcome_lines(list(lines), True)
-    yield OUTCOMES_CLOSE
+    yield section_lines(list(lines), True)
+    yield PROMPTS_OPEN
+    yield section_lines(list(prompts), True)
+    yield REPORT_CLOSE
 
 
 def report_bytes(report: RunReport | dict[str, Any]) -> bytes:
     data = report.to_dict() if isinstance(report, RunReport) else dict(report)
     outcomes = data.pop("outcomes", None) or []
-    return b"".join(report_chunks(data, (json.dumps(o, ensure_ascii=False) for o in outcomes)))
+    prompts = data.pop("prompts", None) or []
+    return b"".join(report_chunks(data, (json.dumps(o, ensure_ascii=False) for o in outcomes),
+                                  (canonical_json(p) for p in prompts)))
 
 
 def build_report(*, run_id: str, spec: EvalSpec, spec_hash: str, mode: str, trials: int,
@@ -189,6 +205,12 @@ def _is_pass_k(v: Any) -> bool:
             and all(x is None or isinstance(x, bool) for x in v.get("per_prompt", {}).values()))
 
 
+def _is_examples(v: Any) -> bool:
+    return isinstance(v, dict) and all(
+        isinstance(e, dict) and _is_int(e.get("count")) and isinstance(e.get("example"), str)
+        and all(e.get(k) is None or isinstance(e[k], str) for k in ("stage", "hint")) for e in v.values())
+
+
 INT, NUM, STR = _kind("a whole number", _is_int), _kind("a number", _is_num), _kind("a string", _is_str)
 OPT_NUM, OPT_STR = _kind("a number", _is_num, True), _kind("a string", _is_str, True)
 OPT_OBJ = _kind("an object", lambda v: isinstance(v, dict), True)
@@ -207,7 +229,8 @@ _FIGURES = {**{k: INT for k in ("prompts", "golden_passed", "passed", "tokens_in
                                     "latency_ms_p95", "cost_usd", "judge_cost_usd")},
             "error_classes": _kind("an object of counts", _is_counts),
             "failure_modes": _kind("an object of counts", _is_counts),
-            "pass_k": _kind("an object with k, rate, per_prompt and flaky", _is_pass_k)}
+            "pass_k": _kind("an object with k, rate, per_prompt and flaky", _is_pass_k),
+            "error_examples": _kind("an object of {count, example, stage, hint}", _is_examples)}
 _OUTCOME_TYPES = {"adapter": (str, "a string"), "prompt_id": (str, "a string"), "trial": (int, "an integer >= 0")}
 _OPTIONAL_TYPES = {"error": (dict, "null or an object"), "passed": (bool, "true, false or null"),
                    "golden_passed": (bool, "true, false or null"), "output": (str, "a string or null"),
@@ -303,6 +326,10 @@ def report_problem(data: Any) -> str | None:
         problem = _outcome_problem(i, o)
         if problem:
             return problem
+    prompts = data.get("prompts", [])
+    if not isinstance(prompts, list) or not all(isinstance(p, dict) and isinstance(p.get("id"), str)
+                                                for p in prompts):
+        return "prompts is not a list of prompts with ids"
     return None
 
 

@@ -180,9 +180,17 @@ def _criteria(raw: Any) -> list[dict[str, Any]]:
             for c in safe.seq(raw) if isinstance(c, dict)]
 
 
+def _prompts_by_id(value: Any) -> dict[str, Any]:
+    """The report's ``prompts`` section (a list of prompts as sent, each with its ``id``) by id; an
+    older report's map is taken as it is."""
+    if isinstance(value, list):
+        return {safe.text(p.get("id")): p for p in value if isinstance(p, dict) and isinstance(p.get("id"), str)}
+    return safe.mapping(value)
+
+
 def _input_of(o: dict[str, Any], prompts: dict[str, Any]) -> str | None:
-    """The case's input when the report carries it (``input``/``prompt`` on the outcome, or a
-    top-level ``prompts`` map); today's reports record prompt ids only."""
+    """The case's input: from the report's ``prompts`` section (what was sent), or ``input``/``prompt``
+    on the outcome."""
     for key in ("input", "prompt"):
         v = o.get(key)
         if isinstance(v, dict):
@@ -437,7 +445,7 @@ class State:
                 return hit
             raw = self._parse(path, key[0])
             summary = _summary(raw, rid)
-            prompts = safe.mapping(raw.get("prompts"))
+            prompts = _prompts_by_id(raw.get("prompts"))
             outcomes = [_outcome(i, o, prompts) for i, o in
                         enumerate(o for o in safe.seq(raw.get("outcomes")) if isinstance(o, dict))]
             skipped = len(safe.seq(raw.get("outcomes"))) - len(outcomes)

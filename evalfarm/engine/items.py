@@ -61,10 +61,11 @@ class Engine:
                                    "cost_usd": completion.cost_usd})
         return completion, False
 
-    async def call(self, item: Item) -> Outcome:
-        """Stage 1: call the adapter (or the cache) and run the deterministic checks."""
+    async def call(self, item: Item, since: float | None = None) -> Outcome:
+        """Stage 1: call the adapter (or the cache) and run the deterministic checks. ``since``
+        (perf_counter) is when the item was in hand (a farm batch's start): its wait counts from there."""
         out = Outcome(key=item.key, prompt_id=item.prompt.id, adapter=item.adapter, trial=item.trial)
-        started = time.perf_counter()
+        started = time.perf_counter() if since is None else since
         try:
             completion, out.cached = await self._complete(item, self.adapters[item.adapter])
         except InfrastructureError:
@@ -73,7 +74,9 @@ class Engine:
             out.error = error_of(exc, "adapter")
             out.attempts = getattr(exc, "attempts", None)
             return out
-        out.latency_ms = round(completion.meta.get("call_ms") or (time.perf_counter() - started) * 1000.0, 3)
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
+        out.latency_ms = round(completion.meta.get("call_ms") or elapsed_ms, 3)
+        out.wait_ms = round(max(0.0, elapsed_ms - out.latency_ms), 3)
         out.output = completion.text
         out.finish_reason = completion.finish_reason
         out.input_tokens, out.output_tokens = completion.input_tokens, completion.output_tokens
@@ -84,6 +87,10 @@ class Engine:
         failed = next((c for c in out.checks if not c["passed"]), None)
         if out.golden_passed and failed is not None:
             out.golden_passed, out.golden_reason = False, f"check {failed['kind']}: {failed['reason']}"
+        if out.golden_passed and completion.finish_reason == "length" and not item.prompt.allow_truncation:
+            # the model did not finish: whatever it said so far is not an answer to pass
+            out.golden_passed, out.golden_reason = False, "truncated: the reply stopped at max_tokens " \
+                                                          "(finish_reason length); allow_truncation: true accepts it"
         return out
 
     async def judge(self, item: Item, out: Outcome) -> Outcome:

@@ -12,6 +12,8 @@ script single requests, so tests stay deterministic:
     [[length]]            cut the reply short with finish_reason "length"
     [[reply:TEXT]]        answer TEXT verbatim
     [[drop]]              close the connection without answering
+    [[drop-mid]]          send the headers and part of the body, then close the connection
+    [[echo-key:N]]        answer 200 with a non-JSON body: N characters, then the caller's key
     [[slow:MS]]           add MS milliseconds of latency
 
 Judge requests (the judging prompt carries ``EVALFARM-JUDGE``) get a JSON verdict:
@@ -76,6 +78,8 @@ class MockProvider:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/chat/completions", self.chat)
         app.router.add_get("/stats", self.stats)
+        if getattr(self, "agents", None) is not None:  # --agent-script: providers/mock_agents.py
+            self.agents.attach(app)
         return app
 
     async def stats(self, request: web.Request) -> web.Response:
@@ -116,6 +120,7 @@ class MockProvider:
         except (ValueError, KeyError, StopIteration, TypeError):
             return self._error(400, "expected a JSON chat completion request with a user message")
         self.recent.append({"model": body.get("model"), "user": user,
+                            "authorization": request.headers.get("Authorization"),
                             "system": "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
                             or None})
         marks = {name: arg for name, arg in _MARK.findall(user)}
@@ -125,6 +130,17 @@ class MockProvider:
         if "drop" in marks:
             request.transport.close()
             raise asyncio.CancelledError()
+        if "drop-mid" in marks:  # headers and the start of a body, then the connection closes
+            resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
+                                                           "Content-Length": "4096"})
+            await resp.prepare(request)
+            await resp.write(b'{"id": "chatcmpl-cut", "choices": [')
+            request.transport.close()
+            raise asyncio.CancelledError()
+        if "echo-key" in marks:  # a broken gateway: 200, not JSON, the caller's key after some padding
+            auth = request.headers.get("Authorization", "").removeprefix("Bearer ")
+            self.statuses[200] += 1
+            return web.Response(text="x" * int(marks["echo-key"] or 0) + auth + " <- your key", status=200)
         if "status" in marks:
             status = int(marks["status"])
             return self._error(status, f"scripted status {status}", "1" if status == 429 else None)

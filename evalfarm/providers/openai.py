@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import httpx
 
 from ..engine.adapters import Completion
 from ..engine.judges import LLMJudge
 from ..redact import redact, register_secret_env
 from ..spec.models import AdapterSpec, JudgeSpec, Price, PromptSpec
+from .access import key_for
 from .errors import BadResponse, ClientError, ProviderError, TransportError, error_for_status
 from .http import close_current, post
 from .limits import Limiter, Limits, limiter_for
@@ -52,6 +53,8 @@ class ChatResult:
     output_tokens: int
     cost_usd: float
     attempts: int
+    call_ms: float = 0.0  # the answered request's round trip: the provider's latency
+    wait_ms: float = 0.0  # everything else: waiting for a limiter slot, failed attempts, backoff
 
 
 def cost_of(price: Price | None, tokens_in: int, tokens_out: int) -> float:
@@ -60,17 +63,35 @@ def cost_of(price: Price | None, tokens_in: int, tokens_out: int) -> float:
     return (tokens_in * price.input + tokens_out * price.output) / 1_000_000
 
 
+def _dropped(exc: BaseException, url: str) -> TransportError | None:
+    """What an aiohttp error under httpx's mapping really was: httpx-aiohttp maps every aiohttp
+    connection error to ConnectTimeout, but a server that closed the connection is not a refused
+    connection, and the user must look at the server, not the network."""
+    cause = exc.__cause__
+    if isinstance(cause, aiohttp.ServerDisconnectedError):
+        return TransportError(f"connection closed by the server at {url} before it answered (the request was "
+                              "sent; look at the server's logs)")
+    if isinstance(cause, aiohttp.ClientPayloadError):
+        return TransportError(f"connection closed by the server at {url} in the middle of its answer "
+                              f"({redact(str(cause))})")
+    return None
+
+
 async def _post_once(ep: Endpoint, body: bytes) -> dict[str, Any]:
     headers = {"Content-Type": "application/json"}
-    key = os.environ.get(ep.api_key_env)
+    key = key_for(ep.api_key_env, ep.url)
     if key:
         headers["Authorization"] = f"Bearer {key}"
     try:
         resp = await post(ep.parsed_url, body, headers, ep.timeout_s, min(10.0, ep.timeout_s))
         raw = resp.body
-    except httpx.ConnectTimeout:
-        raise TransportError(f"could not connect to {ep.url} (refused or unreachable; connect timeout "
-                             f"{min(10.0, ep.timeout_s):g} s)") from None
+    except httpx.ConnectTimeout as exc:
+        raise _dropped(exc, ep.url) or TransportError(
+            f"could not connect to {ep.url} (refused or unreachable; connect timeout "
+            f"{min(10.0, ep.timeout_s):g} s)") from None
+    except httpx.ReadError as exc:
+        raise _dropped(exc, ep.url) or TransportError(
+            f"connection failed to {ep.url}: {type(exc).__name__}: {redact(str(exc))}") from None
     except httpx.TimeoutException as exc:
         raise TransportError(f"no answer from {ep.url} within {ep.timeout_s:g} s ({type(exc).__name__})") from None
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
@@ -92,13 +113,18 @@ async def chat(ep: Endpoint, messages: list[dict[str, str]], params: dict[str, A
     body = json.dumps({"model": ep.model, "messages": messages, **ep.params, **(params or {})}).encode()
     limiter = limiter or limiter_for(ep.base_url, ep.api_key_env, ep.limits)
     attempts = 0
+    call_s = 0.0
+    started = time.perf_counter()
 
     async def once() -> dict[str, Any]:
-        nonlocal attempts
+        nonlocal attempts, call_s
         attempts += 1
         async with limiter.slot():
+            sent = time.perf_counter()
             try:
-                return await _post_once(ep, body)
+                data = await _post_once(ep, body)
+                call_s = time.perf_counter() - sent  # the answered request's own round trip
+                return data
             except ProviderError as exc:
                 if exc.status == 429 and exc.retry_after is not None:
                     # a server asking for a day must not freeze the fleet for a day
@@ -111,10 +137,15 @@ async def chat(ep: Endpoint, messages: list[dict[str, str]], params: dict[str, A
         text = choice["message"].get("content") or ""
         finish = choice.get("finish_reason") or "stop"
     except (KeyError, IndexError, TypeError, AttributeError):
-        raise BadResponse(f"not a chat completion: {redact(json.dumps(data)[:200])}", 200) from None
+        raise BadResponse(f"not a chat completion: {redact(json.dumps(data))[:200]}", 200) from None
     usage = data.get("usage") or {}
-    t_in, t_out = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-    return ChatResult(text, finish, t_in, t_out, cost_of(ep.price, t_in, t_out), attempts)
+    try:
+        t_in, t_out = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    except (TypeError, ValueError, AttributeError):
+        raise BadResponse(f"usage is not token counts: {redact(json.dumps(usage))[:200]}", 200) from None
+    total_s = time.perf_counter() - started
+    return ChatResult(text, finish, t_in, t_out, cost_of(ep.price, t_in, t_out), attempts,
+                      round(call_s * 1e3, 3), round((total_s - call_s) * 1e3, 3))
 
 
 ADAPTER_VERSION = 1  # bump when what the adapter sends changes: it is part of item and cache keys
@@ -145,11 +176,10 @@ class OpenAIAdapter:
     async def complete(self, prompt: PromptSpec, trial: int) -> Completion:
         messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + \
                    [{"role": "user", "content": prompt.text}]
-        started = time.perf_counter()
         r = await chat(self.endpoint, messages)
         return Completion(text=r.text, finish_reason=r.finish_reason, input_tokens=r.input_tokens,
                           output_tokens=r.output_tokens, cost_usd=r.cost_usd,
-                          meta={"attempts": r.attempts, "call_ms": round((time.perf_counter() - started) * 1e3, 3)})
+                          meta={"attempts": r.attempts, "call_ms": r.call_ms, "wait_ms": r.wait_ms})
 
 
 def openai_judge(spec: JudgeSpec) -> LLMJudge:

@@ -25,10 +25,11 @@ class CaseSpec(_Model):
     checks: list[Check] = Field(default_factory=list)
     tags: list[str] = Field(default_factory=list)
     system: str | None = None
+    allow_truncation: bool = False
 
     def to_prompt(self) -> PromptSpec:
         return PromptSpec(id=self.id, text=self.input, criteria=self.criteria, checks=self.checks,
-                          tags=self.tags, system=self.system)
+                          tags=self.tags, system=self.system, allow_truncation=self.allow_truncation)
 
 
 def case_files(paths: list[Path]) -> list[Path]:

@@ -115,6 +115,8 @@ class PromptSpec(_Model):
     system: str | None = None  # system prompt sent with this prompt (set by a prompt version, or inline)
     checks: list[Check] = Field(default_factory=list)
     criteria: list[Criterion] = Field(default_factory=list)
+    # a reply cut at max_tokens (finish_reason "length") fails as truncation unless the case allows it
+    allow_truncation: bool = False
 
     @field_validator("criteria")
     @classmethod

@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any, Iterable
 
+from ...core.plan import store_rows
 from ...engine.items import Engine
 from ...errors import FarmError
 from ...redact import redact
@@ -21,7 +22,7 @@ from ..store import Progress, batched, progress_of
 from .app import AGGREGATE, JUDGE_BATCH, RUN_BATCH, create_app
 from .broker_scan import keys_in_broker
 from .settings import FarmSettings, pick_batch_size
-from .store import store_for
+from .store import probe, store_for
 
 
 class RunCancelled(FarmError):
@@ -31,16 +32,18 @@ class RunCancelled(FarmError):
 class CeleryBackend:
     mode = "redis"
 
-    def __init__(self, settings: FarmSettings) -> None:
+    def __init__(self, settings: FarmSettings, connect_timeout_s: float | None = None) -> None:
         self.settings = settings
-        self.app = create_app(settings)
-        self.store = store_for(settings.run_store_url)
-        self._meta: dict[str, dict[str, Any]] = {}
+        url = settings.run_store_url
+        print(f"evalfarm: connecting to {redact(url)} ...", file=sys.stderr, flush=True)
         try:
-            self.store.ping()
+            probe(url, connect_timeout_s if connect_timeout_s is not None else settings.connect_timeout_s)
         except Exception as exc:
-            raise FarmError(f"cannot reach the run store at {redact(settings.run_store_url)}: "
+            raise FarmError(f"cannot reach the run store at {redact(url)}: "
                             f"{redact(str(exc)).rstrip('.')}; is Redis running? (--broker / EVALFARM_BROKER_URL)") from None
+        self.app = create_app(settings)
+        self.store = store_for(url)
+        self._meta: dict[str, dict[str, Any]] = {}
 
     # -- submit ---------------------------------------------------------------------------
     def start(self, plan: Plan, engine: Engine | None = None, on_progress: ProgressFn | None = None) -> None:
@@ -50,7 +53,7 @@ class CeleryBackend:
         run_id = plan.run_id
         self.store.create_run(run_id, plan.meta(self.mode, batch_size=batch_size))
         for chunk in batched(plan.items(), max(batch_size, 1000 // batch_size * batch_size)):
-            self.store.add_items(run_id, [(i.key, i.to_json()) for i in chunk])
+            self.store.add_items(run_id, *store_rows(chunk))
         self.store.update_meta(run_id, planned=True, state="dispatching", spec_hash=plan.spec_hash)
         self._dispatch(run_id, batched(self.store.iter_item_keys(run_id), batch_size))
 

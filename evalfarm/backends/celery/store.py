@@ -19,14 +19,14 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from ...core.report import OUTCOMES_CLOSE
+from ...core.report import PROMPTS_OPEN, REPORT_CLOSE
 from ..store import RunStore, cost_meta
 from .redis_tls import split_tls
 
 RUNS_INDEX = "ef:runs"
 # every key of a run (claims and blobs by name): expire_run touches these and nothing else
-PARTS = ("meta", "state", "items", "order", "results", "rmeta", "counts", "pending", "report:head",
-         "report:body", "claim:aggregate", "blob:summary", "blob:markdown", "lock:resume")
+PARTS = ("meta", "state", "items", "order", "prompts", "results", "rmeta", "counts", "pending", "report:head",
+         "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary", "blob:markdown", "lock:resume")
 
 
 def _k(run_id: str, part: str) -> str:
@@ -116,12 +116,26 @@ class RedisStore(RunStore):
         pipe.zadd(RUNS_INDEX, {run_id: time.time()})
         pipe.execute()
 
-    def add_items(self, run_id: str, items: list[tuple[str, str]]) -> None:
+    def add_items(self, run_id: str, items: list[tuple[str, str]], prompts: list[str] = ()) -> None:
         if items:
             pipe = self.r.pipeline(transaction=False)
             pipe.hset(_k(run_id, "items"), mapping=dict(items))
             pipe.rpush(_k(run_id, "order"), *[k for k, _ in items])
+            if prompts:
+                pipe.rpush(_k(run_id, "prompts"), *prompts)
             pipe.execute()
+
+    def iter_prompts(self, run_id: str) -> Iterator[str]:
+        return (p.decode() for p in self._iter_list(_k(run_id, "prompts")))
+
+    def _iter_list(self, key: str, step: int = 2000) -> Iterator[bytes]:
+        start = 0
+        while True:
+            chunk = self.r.lrange(key, start, start + step - 1)
+            yield from chunk
+            if len(chunk) < step:
+                return
+            start += step
 
     def get_meta(self, run_id: str) -> dict[str, Any] | None:
         raw = self.r.get(_k(run_id, "meta"))
@@ -209,13 +223,7 @@ class RedisStore(RunStore):
         return int(self.r.hlen(_k(run_id, "pending")))
 
     def iter_item_keys(self, run_id: str) -> Iterator[str]:
-        key, start, step = _k(run_id, "order"), 0, 2000
-        while True:
-            chunk = self.r.lrange(key, start, start + step - 1)
-            yield from (k.decode() for k in chunk)
-            if len(chunk) < step:
-                return
-            start += step
+        return (k.decode() for k in self._iter_list(_k(run_id, "order")))
 
     def claim(self, run_id: str, what: str) -> bool:
         return bool(self.r.set(_k(run_id, f"claim:{what}"), "1", nx=True))
@@ -224,30 +232,35 @@ class RedisStore(RunStore):
         self.r.delete(_k(run_id, f"claim:{what}"))
 
     def clear_report(self, run_id: str) -> None:
-        self.r.delete(_k(run_id, "report:head"), _k(run_id, "report:body"))
+        self.r.delete(_k(run_id, "report:head"), _k(run_id, "report:outcomes"), _k(run_id, "report:prompts"))
 
-    def append_report(self, run_id: str, data: bytes) -> None:
-        self.r.append(_k(run_id, "report:body"), data)
+    def append_report(self, run_id: str, data: bytes, section: str = "outcomes") -> None:
+        self.r.append(_k(run_id, f"report:{section}"), data)
 
     def put_report_head(self, run_id: str, head: bytes) -> None:
         self.r.set(_k(run_id, "report:head"), head)
 
     def report_size(self, run_id: str) -> int:
         pipe = self.r.pipeline(transaction=False)
-        pipe.strlen(_k(run_id, "report:head"))
-        pipe.strlen(_k(run_id, "report:body"))
-        head, body = pipe.execute()
-        return int(head) + int(body) + len(OUTCOMES_CLOSE) if head else 0
+        for part in ("report:head", "report:outcomes", "report:prompts"):
+            pipe.strlen(_k(run_id, part))
+        head, outcomes, prompts = pipe.execute()
+        return int(head) + int(outcomes) + int(prompts) + len(PROMPTS_OPEN) + len(REPORT_CLOSE) if head else 0
 
     def iter_report(self, run_id: str, chunk: int = 4 << 20) -> Iterator[bytes]:
         head = self.r.get(_k(run_id, "report:head"))
         if head is None:
             return
         yield head
-        size = int(self.r.strlen(_k(run_id, "report:body")))
+        yield from self._chunks(_k(run_id, "report:outcomes"), chunk)
+        yield PROMPTS_OPEN
+        yield from self._chunks(_k(run_id, "report:prompts"), chunk)
+        yield REPORT_CLOSE
+
+    def _chunks(self, key: str, chunk: int) -> Iterator[bytes]:
+        size = int(self.r.strlen(key))
         for start in range(0, size, chunk):
-            yield self.r.getrange(_k(run_id, "report:body"), start, min(size, start + chunk) - 1)
-        yield OUTCOMES_CLOSE
+            yield self.r.getrange(key, start, min(size, start + chunk) - 1)
 
     def runs(self) -> list[str]:
         return [r.decode() for r in self.r.zrevrange(RUNS_INDEX, 0, -1)]
@@ -279,3 +292,23 @@ def store_for(url: str) -> RedisStore:
         if url not in _STORES:
             _STORES[url] = RedisStore(url)
         return _STORES[url]
+
+
+def probe(url: str, timeout_s: float = 10.0) -> None:
+    """Reach the store once, within ``timeout_s``: the run store's own client rides out a Redis
+    restart for ~30 s, which is 30 s of silence for a user who mistyped --broker."""
+    plain, tls = split_tls(url)
+    client = redis.Redis.from_url(plain, socket_connect_timeout=min(3.0, timeout_s), socket_timeout=timeout_s,
+                                  retry=None, **tls)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                client.ping()
+                return
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                if not _is_transient(exc) or time.monotonic() + 1.0 > deadline:
+                    raise
+                time.sleep(1.0)
+    finally:
+        client.close()

@@ -153,8 +153,9 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     items = [Item.from_dict(json.loads(raw)) for raw in store.get_items(run_id, todo) if raw]
     engine = ctx.engine
     deadline = _deadline(time_limit_s)
+    start = time.perf_counter()  # an item's wait counts from here: it is in this worker's hands
     outcomes = WORKER_LOOP.run(lambda: bounded(ctx.in_flight(max_in_flight), [
-        lambda i=i: within(deadline, ctx.held(engine.call(i)), i, "adapter") for i in items])) if items else []
+        lambda i=i: within(deadline, ctx.held(engine.call(i, start)), i, "adapter") for i in items])) if items else []
     needs_judge = [o for o in outcomes if o.error is None] if engine.judged else []
     judged_ids = {id(o) for o in needs_judge}
     final = [engine.decide(o) for o in outcomes if id(o) not in judged_ids]
