@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 from ..canonical import canonical_json, sha256_hex
 from ..errors import UsageError
+from ..perms import make_dir
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def append_rows(path: Path, rows: list[dict[str, Any]]) -> list[str]:
     """Append rows not already present (by exact bytes); return every row's reference, in order."""
     path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dir(path.parent)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     except OSError as exc:
         raise UsageError(f"cannot open ledger {path}: {exc.strerror}") from None

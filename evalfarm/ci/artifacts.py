@@ -12,23 +12,13 @@ from ..canonical import sha256_hex
 from ..core.report import RunReport, render_markdown, report_bytes, report_problem
 from ..errors import UsageError
 from ..names import is_run_id, run_id_problem
+from ..perms import file_mode, make_dir
 
 DEFAULT_STATE_DIR = Path(".evalfarm")
 
 
 def runs_dir(state_dir: Path | str) -> Path:
     return Path(state_dir) / "runs"
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def file_mode() -> int:
-    """A report file's mode: 0644 narrowed by the umask (never wider, even under umask 000)."""
-    return 0o644 & ~_umask()
 
 
 def write_stream(path: Path, chunks: Iterable[bytes]) -> str:
@@ -90,32 +80,19 @@ def check_writable(path: Path, what: str) -> None:
         raise UsageError(f"{what} {path}: the file is not writable")
 
 
+def check_writable_dir(path: Path, what: str) -> None:
+    """Before anything is spent: a directory we will create or write into later, or exit 2 now."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{what} {path}: is not a directory")
+    check_writable(path / ".probe", what)
+
+
 def check_state_dir(state_dir: Path) -> None:
     state_dir = Path(state_dir)
     if state_dir.exists() and not state_dir.is_dir():
         raise UsageError(f"--state-dir {state_dir}: is not a directory")
     check_writable(state_dir / "runs" / "probe.json", "--state-dir")
-
-
-def make_dir(path: Path, mode: int = 0o755) -> Path:
-    """Create ``path`` and its missing parents with ``mode`` narrowed by the umask, never wider (under
-    umask 000 a plain mkdir would leave them world-writable); existing directories are left alone."""
-    path = Path(path)
-    mode &= ~_umask()
-    missing = []
-    probe = path
-    while not probe.exists():
-        missing.append(probe)
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    for d in reversed(missing):
-        try:
-            d.mkdir(mode=mode)
-        except FileExistsError:
-            continue
-        os.chmod(d, mode)
-    return path
 
 
 def _checked_runs_dir(state_dir: Path | str, run_id: object) -> Path:

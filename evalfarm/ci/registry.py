@@ -22,7 +22,8 @@ from typing import Any, Iterator
 from ..core.verdict import NOTHING, PASSED, run_verdict
 from ..errors import SpecError, UsageError
 from ..names import baseline_name_problem
-from .artifacts import file_mode, list_runs, load_report, make_dir, resolve_run, runs_dir
+from ..perms import file_mode, make_dir
+from .artifacts import list_runs, load_report, resolve_run, runs_dir
 
 DB_NAME = "registry.db"
 BASELINE_PREFIX = "baseline:"
