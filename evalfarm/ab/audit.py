@@ -106,7 +106,7 @@ def check(raw: bytes, key: bytes) -> tuple[list[dict[str, Any]], Broken | None]:
             entry = json.loads(line)
             content = {k: entry[k] for k in ("seq", "event", "ts", "data", "prev")}
             mac, digest = entry["hmac"], entry["digest"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return good, Broken(index, lineno, "not a chain entry (unparsable or fields missing)")
         if set(entry) != {"seq", "event", "ts", "data", "prev", "hmac", "digest"}:
             return good, Broken(index, lineno, "unexpected fields")

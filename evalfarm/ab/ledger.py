@@ -52,7 +52,7 @@ def load(path: Path) -> dict[str, LedgerRow]:
     for lineno, line in _iter_lines(raw):
         try:
             data = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             data = None
         ref = row_ref(line)
         out.setdefault(ref, LedgerRow(ref, lineno, data if isinstance(data, dict) else None))

@@ -37,9 +37,11 @@ def entries(reports_dir: Path) -> list[dict[str, Any]]:
     out = []
     for line in path.read_text(encoding="ascii", errors="replace").splitlines():
         try:
-            out.append(json.loads(line))
-        except ValueError:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
             continue
+        if isinstance(entry, dict) and isinstance(entry.get("artifact"), str):  # an edited line is skipped
+            out.append(entry)
     return out
 
 

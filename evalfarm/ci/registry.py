@@ -201,7 +201,10 @@ class Registry:
         return prev[0] if prev else None
 
     def baseline(self, name: str) -> dict[str, Any] | None:
-        """The baseline's run entry plus ``baseline_name`` and ``promoted_at``; None if no such name."""
+        """The baseline's run entry plus ``baseline_name`` and ``promoted_at``; None if no such name
+        (a look-up never creates the registry)."""
+        if not self.path.is_file():
+            return None
         rows = self._rows("SELECT b.name AS baseline_name, b.promoted_at, r.* FROM baselines b "
                           "LEFT JOIN runs r ON r.run_id = b.run_id WHERE b.name = ?", (name,))
         if not rows:

@@ -46,6 +46,7 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
     """Validate SPEC (or --dataset cases with --model), run every item, aggregate, apply thresholds."""
     from ..ci.artifacts import check_state_dir, check_writable
     from ..ci.registry import Registry, check_baseline_name, check_prompt_unchanged
+    from ..ci.pipeline import baseline_for
     from ..names import baseline_name_problem
     from ..orchestrator import Orchestrator
     from ..spec.binding import bind_environment
@@ -79,11 +80,13 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
     if ci.get("promote") and no_save:
         raise UsageError("--promote needs the run saved under the state dir; drop --no-save")
     if ci.get("promote"):
-        if ci.get("baseline"):
+        if ci.get("baseline") is not None:
             check_baseline_name(ci["baseline"], "--baseline")
         elif baseline_name_problem(spec.name):
             raise UsageError(f"--promote: the spec name {spec.name!r} cannot name a baseline "
                              f"({baseline_name_problem(spec.name)}); pass --baseline NAME")
+    elif ci.get("baseline") is not None:
+        baseline_for(ci["baseline"], None, state_dir)  # an unknown --baseline stops here, not after the spend
     if not no_save:
         check_state_dir(state_dir)
         if (state_dir / "registry.db").exists():

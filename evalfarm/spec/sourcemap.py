@@ -92,6 +92,8 @@ class _Loader(yaml.SafeLoader):
 def _no_dup_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # '<<: *base': merged keys may be overridden
+            continue
         if not isinstance(key_node, yaml.ScalarNode):
             raise yaml.constructor.ConstructorError(
                 None, None, "a key must be a plain value, not a list or mapping", key_node.start_mark)
@@ -100,6 +102,11 @@ def _no_dup_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False)
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r} (first on line {seen[key]})", key_node.start_mark)
         seen[key] = key_node.start_mark.line + 1
+    loader.flatten_mapping(node)
+    for key_node, _ in node.value:  # keys a merge brought in
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise yaml.constructor.ConstructorError(
+                None, None, "a key must be a plain value, not a list or mapping", key_node.start_mark)
     return loader.construct_mapping(node, deep=deep)
 
 
