@@ -43,3 +43,18 @@ def make_dir(path: Path | str, mode: int = DIR_MODE) -> Path:
             continue
         os.chmod(d, want)  # exact, even where a default ACL on the parent would widen it
     return path
+
+
+def can_create_in(folder: Path | str) -> str | None:
+    """Why a file cannot be created in the existing directory ``folder``, else None. A real probe (a
+    temporary file, removed at once): permission bits do not tell root about /proc, a read-only mount
+    or an immutable directory."""
+    import tempfile
+
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".evalfarm-probe-", dir=folder)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    os.unlink(tmp)
+    return None

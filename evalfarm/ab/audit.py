@@ -29,7 +29,7 @@ from typing import Any
 
 from ..canonical import canonical_json, sha256_hex
 from ..errors import EvalfarmError
-from ..perms import PRIVATE_DIR_MODE, make_dir
+from ..perms import PRIVATE_DIR_MODE, can_create_in, make_dir
 
 EXIT_AUDIT = 4
 CHAIN = "chain.jsonl"
@@ -220,8 +220,9 @@ def check_appendable(audit_dir: Path) -> None:
     probe = audit_dir
     while not probe.exists():
         probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise AuditError(f"cannot append to the audit chain in {audit_dir}: {probe} is not a writable directory")
+    why = "not a directory" if not probe.is_dir() else can_create_in(probe)
+    if why:
+        raise AuditError(f"cannot append to the audit chain in {audit_dir}: {probe}: {why}")
     if (audit_dir / KEY).exists():
         read_key(audit_dir)
     if (audit_dir / CHAIN).exists() or (audit_dir / HEAD).exists():

@@ -12,7 +12,7 @@ from ..canonical import sha256_hex
 from ..core.report import RunReport, render_markdown, report_bytes, report_problem
 from ..errors import UsageError
 from ..names import is_run_id, run_id_problem
-from ..perms import file_mode, make_dir
+from ..perms import can_create_in, file_mode, make_dir
 
 DEFAULT_STATE_DIR = Path(".evalfarm")
 
@@ -74,8 +74,9 @@ def check_writable(path: Path, what: str) -> None:
         probe = probe.parent
     if not probe.is_dir():
         raise UsageError(f"{what} {path}: {probe} is not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"{what} {path}: {probe} is not writable")
+    why = can_create_in(probe)
+    if why:
+        raise UsageError(f"{what} {path}: cannot create files in {probe} ({why})")
     if path.exists() and not os.access(path, os.W_OK):
         raise UsageError(f"{what} {path}: the file is not writable")
 
