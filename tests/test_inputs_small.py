@@ -155,3 +155,12 @@ def test_rubric_spec_naming_a_missing_file_is_an_error_not_a_rubric_about_its_na
                                   ["run", SMOKE, "--broker", "redis://127.0.0.1:1/0", "--timeout", "0"]])
 def test_a_negative_or_zero_timeout_is_refused(args):
     assert "--timeout" in one_line_error(run_cli(*args, timeout=30))
+
+
+def test_output_to_dev_stdout_through_a_pipe(tmp_path):
+    """``--output /dev/stdout | jq``: the link to the pipe is written in place, not replaced by a temp file."""
+    res = run_cli("run", SMOKE, "--no-save", "--output", "/dev/stdout", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    start = res.stdout.index("{")
+    report, _ = json.JSONDecoder().raw_decode(res.stdout[start:])
+    assert report["spec_name"] == "smoke" and "saved /dev/stdout" in res.stdout

@@ -222,14 +222,16 @@ def check_appendable(audit_dir: Path) -> None:
         probe = probe.parent
     why = "not a directory" if not probe.is_dir() else can_create_in(probe)
     if why:
-        raise AuditError(f"cannot append to the audit chain in {audit_dir}: {probe}: {why}")
+        what = f"append to the audit chain in {audit_dir}" if (audit_dir / KEY).exists() else \
+            f"create the audit key {audit_dir / KEY}"
+        raise AuditError(f"cannot {what}: {probe}: {why}; nothing was run")
     if (audit_dir / KEY).exists():
         read_key(audit_dir)
     if (audit_dir / CHAIN).exists() or (audit_dir / HEAD).exists():
         _, broken = verify(audit_dir)
         if broken is not None:
-            raise AuditError(f"the audit chain {audit_dir / CHAIN} is broken at {broken}; nothing was run, since "
-                             f"the result could not be anchored ('evalfarm audit verify --audit-dir {audit_dir}')")
+            raise AuditError(f"the audit chain {audit_dir / CHAIN} is broken at {broken}; refusing to extend it, so "
+                             f"nothing was run ('evalfarm audit verify --audit-dir {audit_dir}')")
 
 
 def append(audit_dir: Path, event: str, data: dict[str, Any], ts: str | None = None) -> dict[str, Any]:

@@ -33,14 +33,18 @@ def write_stream(path: Path, chunks: Iterable[bytes]) -> str:
 
     path = Path(path)
     digest = hashlib.sha256()
-    if path.is_symlink():
-        path = path.resolve()
-    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+    try:
+        kind = os.stat(path).st_mode  # follows links, /dev/stdout's /proc link to a pipe included
+    except FileNotFoundError:
+        kind = None
+    if kind is not None and not stat.S_ISREG(kind):
         with open(path, "wb") as fh:
             for chunk in chunks:
                 digest.update(chunk)
                 fh.write(chunk)
         return digest.hexdigest()
+    if path.is_symlink():
+        path = path.resolve()
     make_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -68,6 +72,10 @@ def check_writable(path: Path, what: str) -> None:
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{what} {path}: is a directory; give a file path")
+    if path.exists() and not path.is_file():  # /dev/stdout, a FIFO: written in place, never replaced
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"{what} {path}: not writable")
+        return
     parent = path.resolve().parent if path.is_symlink() else path.parent
     probe = parent
     while not probe.exists():
