@@ -120,7 +120,7 @@ def test_nothing_is_world_writable_under_umask_000(tmp_path):
         return subprocess.run([*EVALFARM, *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
                               preexec_fn=lambda: os.umask(0))
 
-    assert cli("run", SMOKE, "--output", "out/deep/r.json").returncode == 0
+    assert cli("run", SMOKE, "--output", "out/deep/r.json", "--cache").returncode == 0
     run_id = json.loads((tmp_path / "out" / "deep" / "r.json").read_text())["run_id"]
     assert cli("baseline", run_id, "--name", "main").returncode == 0
     res = cli("ab", "--suite", str(EXAMPLES / "ab" / "suite.yaml"), "--arm-a", "balanced", "--arm-b", "terse")
@@ -128,7 +128,8 @@ def test_nothing_is_world_writable_under_umask_000(tmp_path):
     modes = {**_modes(tmp_path / ".evalfarm"), **{f"out/{k}": v for k, v in _modes(tmp_path / "out").items()}}
     loose = {k: oct(v) for k, v in modes.items() if v & 0o022}
     assert not loose, loose
-    assert modes["runs"] == 0o755 and modes[f"runs/{run_id}.json"] == 0o644 and modes["registry.db"] == 0o644
+    assert modes["."] == 0o755 and modes["runs"] == 0o755 and modes[f"runs/{run_id}.json"] == 0o644
+    assert modes["registry.db"] == 0o644 and modes["cache.sqlite"] == 0o644
     assert modes["out/deep"] == 0o755 and modes["out/deep/r.json"] == 0o644
     assert modes["audit"] == 0o700 and all(modes[f"audit/{f}"] == 0o600 for f in ("chain.jsonl", "chain.key", "chain.head"))
     assert modes["reports/eval_ab"] == 0o755 and modes["reports/eval_ab/pair_index.jsonl"] == 0o644
