@@ -77,9 +77,9 @@ def test_farm_page_advances_live_and_metrics_match_the_report(tmp_path, redis_se
         mid = mid_metrics[("evalfarm_farm_run_items_done", _labels(run_id=rid, spec="farm-live"))]
         assert 0 < mid < total
 
-        # reports carry prompt ids only; with --broker the case page reads the input from the run store
+        # the case page shows the input the report's prompts section recorded
         case = serve.json(f"/api/runs/{rid}/cases/0")
-        assert case["input_source"] == "farm run store"
+        assert case["input_source"] == "report"
         assert case["input"] == f"say {case['prompt_id'][1:]}"
 
         # a 429 pause set by the farm's own limiter shows on the page and in /metrics

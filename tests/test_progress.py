@@ -62,3 +62,30 @@ def test_eta_before_the_first_result_and_after():
                         elapsed_s=elapsed, state="running")
     assert eta(p(0, 3.0)) == "ETA after the first results"
     assert eta(p(50, 10.0)) == "ETA 0:10" and eta(p(1, 40.0)) == "ETA 1:06:00" and eta(p(100, 9.0)) == "ETA 0:00"
+
+
+def test_farm_progress_moves_item_by_item_not_batch_by_batch(tmp_path, provider, redis_server, start_worker):
+    """Batches of 100 at 8 calls in flight: results are recorded as they finish, so the done counter (and the
+    live bar reading it) climbs in small steps, not in jumps of 100."""
+    import subprocess
+    import time
+
+    import redis as redis_lib
+
+    from conftest import EVALFARM, env_for
+
+    server = provider("--latency-ms", "100")
+    (tmp_path / "s.yaml").write_text(f"name: steps\nadapters:\n  - {{id: m, model: mock, base_url: '{server.url}'}}\n"
+                                     "prompts:\n" + "".join(f"  - {{id: p{i}, text: t{i}}}\n" for i in range(400)))
+    start_worker(redis_server.url, concurrency=4, EVALFARM_MAX_IN_FLIGHT="8")
+    proc = subprocess.Popen([*EVALFARM, "run", str(tmp_path / "s.yaml"), "--no-save", "--batch-size", "100"],
+                            env=env_for(redis_server.url), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    r = redis_lib.Redis.from_url(redis_server.url)
+    seen: list[int] = []
+    while proc.poll() is None:
+        for key in r.scan_iter("ef:run:*:counts"):
+            seen.append(int(r.hget(key, "done") or 0))
+        time.sleep(0.05)
+    assert proc.returncode == 0, proc.stderr.read()
+    steps = [b - a for a, b in zip(seen, seen[1:]) if b != a]
+    assert len(set(seen)) >= 15 and max(steps) <= 40, (sorted(set(seen)), steps)

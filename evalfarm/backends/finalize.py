@@ -21,6 +21,11 @@ log = get_logger("evalfarm.aggregate")
 RUN_TTL_S = 7 * 86400
 
 
+def run_ttl_s() -> int:
+    """How long a finished (or failed) run's keys stay in Redis (EVALFARM_RUN_TTL_S)."""
+    return int(os.environ.get("EVALFARM_RUN_TTL_S") or RUN_TTL_S)
+
+
 def spec_of(meta: dict) -> EvalSpec:
     return EvalSpec.model_validate(meta["spec"])
 
@@ -57,6 +62,8 @@ def finalize(store: RunStore, run_id: str, stopped: str | None = None) -> bool:
     store.put_blob(run_id, "summary", json.dumps(head).encode())
     store.put_blob(run_id, "markdown", render_markdown(head, builder.failed).encode())
     store.put_report_head(run_id, head_bytes(head))
-    store.update_meta(run_id, state=stopped or "done", finished_at=head["finished_at"])
-    store.expire_run(run_id, int(os.environ.get("EVALFARM_RUN_TTL_S") or RUN_TTL_S))
+    # any state goes to done once the report exists; the meta keeps the state it replaced
+    # (a cancel that came too late shows as previous_state "cancelled")
+    store.transition(run_id, stopped or "done", None, finished_at=head["finished_at"])
+    store.expire_run(run_id, run_ttl_s())
     return True

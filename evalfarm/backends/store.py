@@ -13,7 +13,9 @@ neither the aggregate nor the coordinator ever holds a 100,000-item report whole
 from __future__ import annotations
 
 import json
+import secrets
 import threading
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -47,6 +49,16 @@ class RunStore(ABC):
         """The plan's prompts (JSON text), each once, in plan order."""
 
     @abstractmethod
+    def persist_plan(self, run_id: str) -> None:
+        """The plan is complete: its keys stop expiring (a plan being stored expires unless its
+        coordinator keeps writing it, so a dead coordinator leaves nothing behind for good)."""
+
+    @abstractmethod
+    def discard_plan(self, run_id: str) -> int:
+        """Delete a run's plan and results (not its meta and state); returns how many items the
+        plan held. Works on a full Redis (deleting frees memory)."""
+
+    @abstractmethod
     def get_meta(self, run_id: str) -> dict[str, Any] | None: ...
 
     @abstractmethod
@@ -55,6 +67,26 @@ class RunStore(ABC):
     @abstractmethod
     def get_state(self, run_id: str) -> str | None:
         """The run's state alone: read per batch and per progress poll, so it never parses the meta."""
+
+    @abstractmethod
+    def transition(self, run_id: str, to: str, allowed_from: tuple[str, ...] | None = None,
+                   **fields: Any) -> tuple[bool, str | None]:
+        """Compare-and-set the run's state: move to ``to`` (and set ``fields`` in the meta) only if
+        the state is one of ``allowed_from`` (any, when None), so a late writer can never undo a
+        cancel. Returns (applied, the state found); the meta keeps it as ``previous_state``."""
+
+    @abstractmethod
+    def acquire_lock(self, run_id: str, what: str, ttl_s: float) -> str | None:
+        """A token if this caller now holds the run's ``what`` lock (it expires after ``ttl_s``
+        unless refreshed), None if someone else holds it."""
+
+    @abstractmethod
+    def refresh_lock(self, run_id: str, what: str, token: str, ttl_s: float) -> bool:
+        """Extend a held lock (or take it again if it expired); False if another holder has it."""
+
+    @abstractmethod
+    def release_lock(self, run_id: str, what: str, token: str) -> None:
+        """Release the lock if ``token`` still holds it."""
 
     @abstractmethod
     def get_items(self, run_id: str, keys: list[str]) -> list[str | None]: ...
@@ -72,7 +104,8 @@ class RunStore(ABC):
 
     @abstractmethod
     def record(self, run_id: str, outcomes: list[dict[str, Any]]) -> int:
-        """Store outcomes by key; returns the number of distinct finished items."""
+        """Store outcomes by key; returns the number of distinct finished items, or -1 (nothing
+        written) when the run is gone from the store: a late result must not recreate its keys."""
 
     @abstractmethod
     def counters(self, run_id: str) -> dict[str, int]: ...
@@ -154,6 +187,7 @@ class MemoryStore(RunStore):
         self._heads: dict[str, bytes] = {}
         self._bodies: dict[tuple[str, str], list[bytes]] = {}
         self._blobs: dict[tuple[str, str], bytes] = {}
+        self._locks: dict[tuple[str, str], tuple[str, float]] = {}
 
     def ping(self) -> None:
         pass
@@ -172,6 +206,17 @@ class MemoryStore(RunStore):
     def iter_prompts(self, run_id: str) -> Iterator[str]:
         return iter(list(self._prompts.get(run_id, [])))
 
+    def persist_plan(self, run_id: str) -> None:
+        pass  # nothing expires in this process
+
+    def discard_plan(self, run_id: str) -> int:
+        with self._lock:
+            stored = len(self._items.get(run_id, {}))
+            for table in (self._items, self._results, self._rmeta, self._counts, self._pending):
+                table[run_id] = {}
+            self._prompts.pop(run_id, None)
+            return stored
+
     def get_meta(self, run_id: str) -> dict[str, Any] | None:
         meta = self._meta.get(run_id)
         return dict(meta) if meta is not None else None
@@ -182,6 +227,38 @@ class MemoryStore(RunStore):
 
     def get_state(self, run_id: str) -> str | None:
         return (self._meta.get(run_id) or {}).get("state")
+
+    def transition(self, run_id: str, to: str, allowed_from: tuple[str, ...] | None = None,
+                   **fields: Any) -> tuple[bool, str | None]:
+        with self._lock:
+            meta = self._meta.get(run_id)
+            current = meta.get("state") if meta is not None else None
+            if meta is None or (allowed_from is not None and current not in allowed_from):
+                return False, current
+            meta.update(fields, state=to, previous_state=current)
+            return True, current
+
+    def acquire_lock(self, run_id: str, what: str, ttl_s: float) -> str | None:
+        with self._lock:
+            held = self._locks.get((run_id, what))
+            if held is not None and held[1] > time.monotonic():
+                return None
+            token = secrets.token_hex(8)
+            self._locks[(run_id, what)] = (token, time.monotonic() + ttl_s)
+            return token
+
+    def refresh_lock(self, run_id: str, what: str, token: str, ttl_s: float) -> bool:
+        with self._lock:
+            held = self._locks.get((run_id, what))
+            if held is not None and held[0] != token and held[1] > time.monotonic():
+                return False
+            self._locks[(run_id, what)] = (token, time.monotonic() + ttl_s)
+            return True
+
+    def release_lock(self, run_id: str, what: str, token: str) -> None:
+        with self._lock:
+            if (self._locks.get((run_id, what)) or ("",))[0] == token:
+                del self._locks[(run_id, what)]
 
     def get_items(self, run_id: str, keys: list[str]) -> list[str | None]:
         items = self._items.get(run_id, {})
@@ -200,6 +277,8 @@ class MemoryStore(RunStore):
 
     def record(self, run_id: str, outcomes: list[dict[str, Any]]) -> int:
         with self._lock:
+            if run_id not in self._meta:
+                return -1
             results, rmeta, counts = self._results[run_id], self._rmeta[run_id], self._counts[run_id]
             pending = self._pending[run_id]
             for o in outcomes:

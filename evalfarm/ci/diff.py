@@ -15,9 +15,12 @@ test below 25 discordant pairs, the continuity-corrected chi-square above.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from ..core.verdict import case_verdict, item_passed
+from .artifacts import load_report, require_complete
+from .registry import DB_NAME, Registry, resolve_ref
 
 CLASSES = ("regressed", "fixed", "still_broken", "stable")
 EXACT_BELOW = 25  # discordant pairs: exact binomial below, chi-square (continuity corrected) from here
@@ -196,4 +199,37 @@ def describe_cases(cases: dict[str, Any], limit: int = 20) -> list[str]:
                      f"alpha {m['alpha']:g})")
     if cases["only_in_a"] or cases["only_in_b"]:
         lines.append(f"not shared: {len(cases['only_in_a'])} case(s) only in a, {len(cases['only_in_b'])} only in b")
+    return lines
+
+
+def diff_output(a_ref: str, b_ref: str, tolerance: float, alpha: float, state_dir: Path) -> dict[str, Any]:
+    """The diff JSON: per-adapter deltas (diff_reports), the case comparison, the prompts."""
+
+    pa, pb = resolve_ref(a_ref, state_dir), resolve_ref(b_ref, state_dir)
+    a, b = require_complete(load_report(pa), str(pa)), require_complete(load_report(pb), str(pb))
+    result = diff_reports(a, b, tolerance)
+    result["cases"] = compare_cases(a, b, alpha)
+    prompts = {"a": None, "b": None, "changed_under_same_version": False}
+    if (Path(state_dir) / DB_NAME).is_file():
+        reg = Registry(state_dir)
+        for side, rep in (("a", a), ("b", b)):
+            entry = reg.get(rep.get("run_id", ""))
+            prompts[side] = entry["prompt"] if entry else None
+        pa, pb = prompts["a"], prompts["b"]
+        if pa and pb and (pa["name"], pa["version"]) == (pb["name"], pb["version"]) and pa["hash"] != pb["hash"]:
+            prompts["changed_under_same_version"] = True
+    result["prompts"] = prompts
+    return result
+
+
+def diff_text(result: dict[str, Any]) -> list[str]:
+
+    lines = describe_cases(result["cases"])
+    p = result.get("prompts") or {}
+    pa, pb = p.get("a"), p.get("b")
+    if pa or pb:
+        show = lambda x: f"{x['name']}@{x['version']} ({x['hash'][:19]})" if x else "none"  # noqa: E731
+        lines.append(f"prompt: a {show(pa)}, b {show(pb)}")
+    if p.get("changed_under_same_version"):
+        lines.append("WARNING: same prompt version, different content: these runs used different prompts")
     return lines

@@ -1,5 +1,6 @@
-"""What happens after a run is saved, and what CI reads: record, gate, promote, JUnit, PR summary;
-the registry listing and the case-level diff. Nothing here calls a model: it reads stored reports.
+"""What happens after a run is saved: record it, gate it, promote it, write JUnit and the PR summary.
+Nothing here calls a model. The gate, diff and report writers are imported when a CI flag asks for
+them: a plain `evalfarm run` does not pay for their import.
 """
 from __future__ import annotations
 
@@ -10,13 +11,9 @@ import click
 
 from ..core.verdict import exit_code, stopped
 from ..errors import UsageError
-from ..names import printable
 from ..spec.models import Thresholds
-from .artifacts import list_runs, load_report, require_complete, runs_dir
-from .diff import compare_cases, describe_cases, diff_reports
-from .gate import evaluate
-from .registry import DB_NAME, Registry, baseline_report, resolve_ref
-from .reports import pr_summary, write_junit, write_pr_summary
+from .artifacts import load_report, require_complete
+from .registry import Registry, baseline_report, resolve_ref
 
 
 def echo_lines(lines: list[str], err: bool) -> None:
@@ -59,6 +56,12 @@ def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, 
         registry.record(report, json_path, dataset_hash=info.get("dataset_hash"), prompt=prompt)
     if prompt:
         echo_lines([f"prompt {prompt['name']}@{prompt['version']} ({prompt['hash'][:19]}, by {prompt['resolved_by']})"], err)
+    if not (gate_on or promote or name or options.get("junit") or options.get("pr_summary")):
+        return exit_code(report)
+    from .diff import compare_cases, describe_cases
+    from .gate import evaluate
+    from .reports import pr_summary, write_junit, write_pr_summary
+
     if stopped(report):
         if gate_on or promote:
             echo_lines([f"not gated{' or promoted' if promote else ''}: the run stopped early ({report['stopped']}, "
@@ -103,71 +106,3 @@ def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, 
     if gate_on:
         return result.exit_code
     return exit_code(report)
-
-
-def list_lines(state_dir: Path, spec: str | None = None, tag: str | None = None) -> list[str]:
-    """``evalfarm ls``: id, finished, spec, result, path, figures, prompt, baselines (tab-separated)."""
-
-    if not runs_dir(state_dir).is_dir() and not (Path(state_dir) / DB_NAME).is_file():
-        return []
-    registry = Registry(state_dir)
-    names = registry.baseline_names()
-    out = []
-    for e in registry.runs(spec=spec, tag=tag):
-        figures = " ".join(f"{a}={f['overall']:.3f}" if f.get("overall") is not None else f"{a}=n/a"
-                           for a, f in (e.get("figures") or {}).items())
-        prompt = f"{e['prompt_name']}@{e['prompt_version']}" if e.get("prompt_name") else "-"
-        out.append(_row([e["run_id"], e.get("finished_at") or "", e.get("spec_name") or "", e["result"],
-                         e.get("artifact_path") or "", figures, prompt, ",".join(names.get(e["run_id"], [])) or "-"]))
-    if spec is None and tag is None:  # saved files the registry could not read
-        known = {e["run_id"] for e in registry.runs()}
-        out += [_row([p.stem, "", "", "UNREADABLE", str(p)]) for p in list_runs(state_dir) if p.stem not in known]
-    return out
-
-
-def _row(cells: list[Any]) -> str:
-    """One tab-separated row: a tab or newline inside a value (an old registry, a file name) is shown
-    escaped, so every run stays one row of the same columns."""
-    return "\t".join(printable(c) for c in cells)
-
-
-def baseline_lines(state_dir: Path) -> list[str]:
-
-    if not (Path(state_dir) / DB_NAME).is_file():
-        return []
-    return [_row([e["baseline_name"], e["run_id"], e["promoted_at"], e.get("spec_name") or "",
-                  e.get("result") or "", e.get("artifact_path") or ""])
-            for e in Registry(state_dir).baselines()]
-
-
-def diff_output(a_ref: str, b_ref: str, tolerance: float, alpha: float, state_dir: Path) -> dict[str, Any]:
-    """The diff JSON: per-adapter deltas (diff_reports), the case comparison, the prompts."""
-
-    pa, pb = resolve_ref(a_ref, state_dir), resolve_ref(b_ref, state_dir)
-    a, b = require_complete(load_report(pa), str(pa)), require_complete(load_report(pb), str(pb))
-    result = diff_reports(a, b, tolerance)
-    result["cases"] = compare_cases(a, b, alpha)
-    prompts = {"a": None, "b": None, "changed_under_same_version": False}
-    if (Path(state_dir) / DB_NAME).is_file():
-        reg = Registry(state_dir)
-        for side, rep in (("a", a), ("b", b)):
-            entry = reg.get(rep.get("run_id", ""))
-            prompts[side] = entry["prompt"] if entry else None
-        pa, pb = prompts["a"], prompts["b"]
-        if pa and pb and (pa["name"], pa["version"]) == (pb["name"], pb["version"]) and pa["hash"] != pb["hash"]:
-            prompts["changed_under_same_version"] = True
-    result["prompts"] = prompts
-    return result
-
-
-def diff_text(result: dict[str, Any]) -> list[str]:
-
-    lines = describe_cases(result["cases"])
-    p = result.get("prompts") or {}
-    pa, pb = p.get("a"), p.get("b")
-    if pa or pb:
-        show = lambda x: f"{x['name']}@{x['version']} ({x['hash'][:19]})" if x else "none"  # noqa: E731
-        lines.append(f"prompt: a {show(pa)}, b {show(pb)}")
-    if p.get("changed_under_same_version"):
-        lines.append("WARNING: same prompt version, different content: these runs used different prompts")
-    return lines

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 from ..core.verdict import NOTHING, PASSED, run_verdict
 from ..errors import SpecError, UsageError
-from ..names import baseline_name_problem
+from ..names import baseline_name_problem, printable
 from ..perms import file_mode, make_dir
 from .artifacts import list_runs, load_report, resolve_run, runs_dir
 
@@ -286,3 +286,38 @@ def check_prompt_unchanged(state_dir: Path | str, version: Any) -> None:
             f"({clash['prompt_hash'][:19]} -> {version.hash[:19]}); a version is immutable: save the change "
             f"as a new version (e.g. {version.path.parent / ('<new>' + version.path.suffix)}) and point "
             "current or --prompt-version at it", path=str(version.path))
+
+
+def list_lines(state_dir: Path, spec: str | None = None, tag: str | None = None) -> list[str]:
+    """``evalfarm ls``: id, finished, spec, result, path, figures, prompt, baselines (tab-separated)."""
+
+    if not runs_dir(state_dir).is_dir() and not (Path(state_dir) / DB_NAME).is_file():
+        return []
+    registry = Registry(state_dir)
+    names = registry.baseline_names()
+    out = []
+    for e in registry.runs(spec=spec, tag=tag):
+        figures = " ".join(f"{a}={f['overall']:.3f}" if f.get("overall") is not None else f"{a}=n/a"
+                           for a, f in (e.get("figures") or {}).items())
+        prompt = f"{e['prompt_name']}@{e['prompt_version']}" if e.get("prompt_name") else "-"
+        out.append(_row([e["run_id"], e.get("finished_at") or "", e.get("spec_name") or "", e["result"],
+                         e.get("artifact_path") or "", figures, prompt, ",".join(names.get(e["run_id"], [])) or "-"]))
+    if spec is None and tag is None:  # saved files the registry could not read
+        known = {e["run_id"] for e in registry.runs()}
+        out += [_row([p.stem, "", "", "UNREADABLE", str(p)]) for p in list_runs(state_dir) if p.stem not in known]
+    return out
+
+
+def _row(cells: list[Any]) -> str:
+    """One tab-separated row: a tab or newline inside a value (an old registry, a file name) is shown
+    escaped, so every run stays one row of the same columns."""
+    return "\t".join(printable(c) for c in cells)
+
+
+def baseline_lines(state_dir: Path) -> list[str]:
+
+    if not (Path(state_dir) / DB_NAME).is_file():
+        return []
+    return [_row([e["baseline_name"], e["run_id"], e["promoted_at"], e.get("spec_name") or "",
+                  e.get("result") or "", e.get("artifact_path") or ""])
+            for e in Registry(state_dir).baselines()]

@@ -24,7 +24,7 @@ class NothingMeasuredError(EvalfarmError):
 def list_cmd(state_dir: Path, spec_name: str | None, tag: str | None, baselines: bool, as_json: bool) -> None:
     """Recorded runs, newest first, tab-separated: id, finished, spec, result, path, overall per adapter,
     prompt@version, baselines pointing at it."""
-    from ..ci.pipeline import baseline_lines, list_lines
+    from ..ci.registry import baseline_lines, list_lines
     from ..ci.registry import DB_NAME, Registry
 
     if as_json:
@@ -50,7 +50,7 @@ def diff(run_a: str, run_b: str, tolerance: float, alpha: float, state_dir: Path
     Per-adapter deltas, then each shared case: stable, regressed, fixed, still broken (pass^k with
     trials), and whether the change in pass rate is significant (McNemar's paired test).
     """
-    from ..ci.pipeline import diff_output, diff_text
+    from ..ci.diff import diff_output, diff_text
     from .console import diff_table, out_console, print_table
 
     result = diff_output(run_a, run_b, tolerance, alpha, state_dir)

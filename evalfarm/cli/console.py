@@ -6,7 +6,6 @@ when the wide table does not fit, adapters become columns and figures rows; pipe
 """
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from rich.console import Console

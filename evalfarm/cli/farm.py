@@ -69,9 +69,14 @@ def still_running(run_id: str) -> None:
               help="Tasks this worker runs at once (threads sharing one event loop); default: the pool's.")
 @broker_option
 @click.option("--loglevel", default="WARNING", show_default=True)
-def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str) -> None:
-    """Start a worker consuming one pool's queues."""
+@click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="N",
+              help="Serve Prometheus metrics on this port (/metrics): items, latency, in flight, retries, 429 "
+                   "pauses, spend, queue depth.")
+def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str, metrics_port: int | None) -> None:
+    """Start a worker consuming one pool's queues; it announces itself (a heartbeat key the dashboard reads)."""
     import os
+
+    from ..dashboard import heartbeat  # noqa: F401  (connects the worker's heartbeat to Celery's signals)
 
     from ..backends.celery.pools import POOLS
     from ..backends.celery.settings import FarmSettings
@@ -83,6 +88,16 @@ def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str
     spec = POOLS[pool]
     limit = float(os.environ.get("EVALFARM_TASK_TIME_LIMIT") or spec.soft_time_limit)
     settings = FarmSettings.from_env(broker_url=broker, time_limit_s=limit)
+    if metrics_port is not None:
+        from ..dashboard import metrics
+        from ..engine import observe
+
+        try:
+            metrics.start_metrics_server(metrics_port)
+        except OSError as exc:
+            raise EvalfarmError(f"--metrics-port {metrics_port}: cannot listen ({exc.strerror}); pick another port")
+        observe.install(metrics.PrometheusObserver())
+        metrics.sample_queues(settings.broker_url, {spec.name: spec.queues})
     app = worker_app(settings, pool=spec)
     app.worker_main(["worker", "-Q", ",".join(spec.queues), "-P", "threads",
                      "-c", str(concurrency or spec.concurrency), "--loglevel", loglevel,
@@ -114,7 +129,8 @@ def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
             "cost_usd": round(p.cost_usd, 6), "per_adapter": {a: {"done": d, "errors": e}
                                                                 for a, (d, e) in p.per_adapter.items()},
             "started_at": meta.get("started_at"), "finished_at": meta.get("finished_at"),
-            "report_ready": bool(backend.store.report_size(run_id)), "resumed": meta.get("resumed", 0)}
+            "report_ready": bool(backend.store.report_size(run_id)), "resumed": meta.get("resumed", 0),
+            "failure": meta.get("failure")}
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
@@ -122,11 +138,13 @@ def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
     click.echo(f"run {run_id} ({info['spec']}): {info['state']}, {p.done}/{p.total} done ({pct:.1f}%), "
                f"{p.errors} errored, {p.pending_judge} awaiting the judge, {len(queued)} queued or in flight, "
                f"{max(0, info['missing'])} missing")
+    if meta.get("failure"):
+        click.echo(f"  failed: {meta['failure']}")
     for a, d in info["per_adapter"].items():
         click.echo(f"  {a}: {d['done']} done, {d['errors']} errored")
     click.echo(f"  spend ${p.cost_usd:.6f}; executions {p.executed} ({info['duplicate_executions']} duplicates, "
                f"counted once); report {'ready' if info['report_ready'] else 'not yet'}")
-    if info["missing"] > 0 and info["state"] not in ("done",):
+    if info["missing"] > 0 and info["state"] not in ("done", "failed"):
         click.echo(f"  'evalfarm resume {run_id}' dispatches the {info['missing']} missing items")
 
 
@@ -148,9 +166,17 @@ def wait(run_id: str, broker: str | None, state_dir: Path, no_save: bool, output
 def cancel(run_id: str, broker: str | None) -> None:
     """Stop a run: workers skip its remaining batches; `resume` continues it later."""
     backend = farm(broker)
-    backend.cancel(run_id)
-    p = backend.progress(run_id)
-    click.echo(f"cancelled {run_id} at {p.done}/{p.total} items")
+    what = backend.cancel(run_id)
+    at = f"{what['done']}/{what['total']} items"
+    if what["outcome"] == "already":
+        click.echo(f"run {run_id} was already cancelled ({at} done); 'evalfarm resume {run_id}' continues it")
+    elif what["outcome"] == "too_late":
+        click.echo(f"too late to cancel run {run_id} ({at} done): nothing was still queued, and the "
+                   f"{what['in_hands']} remaining items are already in workers' hands; the run finishes, "
+                   f"'evalfarm wait {run_id}' saves its report")
+    else:
+        hands = f"; {what['in_hands']} items already in workers' hands finish" if what.get("in_hands") else ""
+        click.echo(f"cancelled {run_id} at {at}{hands}")
 
 
 @click.command()

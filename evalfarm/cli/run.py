@@ -45,8 +45,8 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
         use_cache: bool, **ci) -> None:
     """Validate SPEC (or --dataset cases with --model), run every item, aggregate, apply thresholds."""
     from ..ci.artifacts import check_state_dir, check_writable
-    from ..ci.registry import Registry, check_baseline_name, check_prompt_unchanged
     from ..ci.pipeline import baseline_for
+    from ..ci.registry import Registry, check_baseline_name, check_prompt_unchanged
     from ..names import baseline_name_problem
     from ..orchestrator import Orchestrator
     from ..spec.binding import bind_environment
@@ -54,7 +54,6 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
     from ..spec.prompts import dataset_hash, version_for
     from .console import LiveProgress
     from .deliver import finish
-    from .farm import still_running
 
     if (spec_path is None) == (not datasets):
         raise EvalfarmError("give a SPEC file or --dataset CASES (with --model), not both and not neither")
@@ -136,6 +135,8 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
         try:
             orchestrator.wait(plan.run_id, bar.update, timeout_s)
         except KeyboardInterrupt:
+            from .farm import still_running
+
             still_running(plan.run_id)
     prompt_info = {"dataset_hash": dataset_hash(source.selected()) if not no_save else None,
                    "prompt": version.info() if version is not None else None}

@@ -714,7 +714,7 @@ class State:
             rate = (samples[-1][1] - samples[0][1]) / (samples[-1][0] - samples[0][0])
         if (rate is None or rate <= 0) and elapsed:
             rate = done / elapsed if done else None
-        finished = state in ("done", "cancelled")
+        finished = state in ("done", "cancelled", "failed", "interrupted", "budget")
         eta = None if finished or not rate or rate <= 0 else max(0.0, (total - done) / rate)
         return {"run_id": rid, "spec_name": static["spec_name"], "state": state, "done": done, "total": total,
                 "errors": c.get("errors", 0), "executed": c.get("executed", 0), "pending_judge": pending,

@@ -22,6 +22,7 @@ from ..redact import redact
 from .adapters import Adapter, Completion
 from .cache import ResponseCache, request_key
 from .judges import Judge, clamp01
+from .observe import active, calling, outcome as observe_outcome
 
 T = TypeVar("T")
 
@@ -67,7 +68,8 @@ class Engine:
         out = Outcome(key=item.key, prompt_id=item.prompt.id, adapter=item.adapter, trial=item.trial)
         started = time.perf_counter() if since is None else since
         try:
-            completion, out.cached = await self._complete(item, self.adapters[item.adapter])
+            with calling(item.adapter, time.perf_counter):
+                completion, out.cached = await self._complete(item, self.adapters[item.adapter])
         except InfrastructureError:
             raise
         except Exception as exc:  # a provider failure is a runtime error, never a quality failure
@@ -104,20 +106,24 @@ class Engine:
                 out.error = error_of(exc, "judge")
                 t_in, t_out, cost = getattr(exc, "tokens", (0, 0, 0.0))
                 out.judge_input_tokens, out.judge_output_tokens, out.judge_cost_usd = t_in, t_out, cost
-                return decide(out, self.pass_score)
+                return self.decide(out)
             out.judge_score = clamp01(result.score)
             out.judge_criteria = result.criteria or None
             out.judge_reason = result.reason or None
             out.judge_input_tokens, out.judge_output_tokens = result.input_tokens, result.output_tokens
             out.judge_cost_usd = result.cost_usd
-        return decide(out, self.pass_score)
+        return self.decide(out)
 
     async def run(self, item: Item) -> Outcome:
         """Both stages, for the in-process backend."""
         return await self.judge(item, await self.call(item))
 
     def decide(self, out: Outcome) -> Outcome:
-        return decide(out, self.pass_score)
+        """The item's verdict; observers (worker metrics) see every finished item here."""
+        decide(out, self.pass_score)
+        if active():
+            observe_outcome(out.to_dict())
+        return out
 
     async def aclose(self) -> None:
         """Release what the adapters and the judge hold on the running loop (pooled connections)."""

@@ -10,7 +10,6 @@ import asyncio
 import random
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from email.utils import parsedate_to_datetime
 from typing import Awaitable, Callable, TypeVar
 
 from .errors import ProviderError
@@ -36,6 +35,8 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
         return max(0.0, float(value))
     except ValueError:
         pass
+    from email.utils import parsedate_to_datetime  # rare (an HTTP date): not worth 9 ms at every start
+
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):

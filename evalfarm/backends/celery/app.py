@@ -5,8 +5,9 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 from .pools import Pool
-from .redis_tls import split_tls
+from .redis_tls import KEEPALIVE, SOCKET_TIMEOUT_S, split_tls
 from .settings import FarmSettings
+from .transport import TRANSPORT
 
 QUEUES = ("provider", "judge", "spawn", "aggregate")
 RUN_BATCH = "evalfarm.run_batch"
@@ -22,7 +23,13 @@ def transport_options(visibility_timeout: int) -> dict:
             "unacked_restore_throttle": 1,
             # the sweep holds a mutex; kombu's default expiry (300 s) means a worker SIGKILLed
             # mid-sweep blocks every other worker's recovery for five minutes
-            "unacked_mutex_expire": 10}
+            "unacked_mutex_expire": 10,
+            # a partition leaves connections half-open (nothing is reset): without a socket timeout a
+            # synchronous command (the sweep, an ack, a publish) blocks the worker's event loop until
+            # TCP gives up (~15 min); with it the consumer reconnects once the link is back. kombu's
+            # own check drops a BRPOP whose reply is overdue by this interval.
+            "socket_timeout": SOCKET_TIMEOUT_S, "socket_connect_timeout": 5, "health_check_interval": 10,
+            "socket_keepalive": True, "socket_keepalive_options": KEEPALIVE}
 
 
 def create_app(settings: FarmSettings, pool: Pool | None = None) -> Celery:
@@ -39,6 +46,7 @@ def create_app(settings: FarmSettings, pool: Pool | None = None) -> Celery:
         task_routes={RUN_BATCH: {"queue": "provider"}, JUDGE_BATCH: {"queue": "judge"},
                      AGGREGATE: {"queue": "aggregate"}},
         broker_connection_retry_on_startup=True,
+        broker_connection_max_retries=None,  # a partitioned worker reconnects whenever the link is back
         broker_transport_options=transport_options(settings.visibility_timeout),
         task_acks_on_failure_or_timeout=True,
         worker_hijack_root_logger=False, worker_send_task_events=False,
@@ -53,6 +61,8 @@ def create_app(settings: FarmSettings, pool: Pool | None = None) -> Celery:
     broker_url, broker_ssl = split_tls(settings.broker_url)
     backend_url, backend_ssl = split_tls(settings.result_backend)
     conf.update(broker_url=broker_url, result_backend=backend_url)
+    if broker_url and broker_url.startswith(("redis://", "rediss://")):
+        conf.update(broker_transport=TRANSPORT)  # kombu's Redis transport, safe on a full Redis
     if broker_ssl:
         conf.update(broker_use_ssl=broker_ssl)
     if backend_ssl:

@@ -29,29 +29,37 @@ def _decode(raw: bytes | str) -> dict[str, Any] | None:
         return None
 
 
-def _messages(r) -> Iterator[dict[str, Any]]:
+def _messages(r) -> Iterator[tuple[bool, dict[str, Any]]]:
+    """(unacked?, message) for every message in a queue or in a worker's hands."""
     for queue in QUEUES:
         for key in [queue] + [f"{queue}{PRIORITY_SEP}{p}" for p in (1, 2, 3, 4, 5, 6, 7, 8, 9)]:
             for raw in r.lrange(key, 0, -1):
                 m = _decode(raw)
                 if m:
-                    yield m
+                    yield False, m
     for raw in r.hvals("unacked"):
         m = _decode(raw)
         if m:
-            yield m
+            yield True, m
 
 
-def keys_in_broker(r, run_id: str) -> tuple[set[str], int]:
-    """(item keys carried by this run's queued or unacked batch messages, aggregate messages)."""
-    keys: set[str] = set()
+def broker_keys(r, run_id: str) -> tuple[set[str], set[str], int]:
+    """(item keys in this run's queued batch messages, in its unacked ones, aggregate messages)."""
+    queued: set[str] = set()
+    unacked: set[str] = set()
     aggregates = 0
-    for m in _messages(r):
+    for in_hands, m in _messages(r):
         args = m["args"]
         if not args or args[0] != run_id:
             continue
         if len(args) > 1 and isinstance(args[1], list):
-            keys.update(args[1])
+            (unacked if in_hands else queued).update(args[1])
         else:
             aggregates += 1
-    return keys, aggregates
+    return queued, unacked, aggregates
+
+
+def keys_in_broker(r, run_id: str) -> tuple[set[str], int]:
+    """(item keys carried by this run's queued or unacked batch messages, aggregate messages)."""
+    queued, unacked, aggregates = broker_keys(r, run_id)
+    return queued | unacked, aggregates

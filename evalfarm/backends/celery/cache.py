@@ -1,10 +1,21 @@
-"""The response cache in Redis, shared by every worker (``ef:cache:<request hash>``)."""
+"""The response cache in Redis, shared by every worker (``ef:cache:<request hash>``).
+
+A Redis error on a read is an ``InfrastructureError``: the item is retried later, never
+recorded as a provider failure. A failed write comes after a real (paid) answer, so it only
+logs: the answer is kept, the cache merely misses it next time.
+"""
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import redis
+
+from ...errors import InfrastructureError
+from ...logs import get_logger
 from .redis_tls import async_client
+
+log = get_logger("evalfarm.cache")
 
 
 class RedisCache:
@@ -15,8 +26,14 @@ class RedisCache:
         return async_client(self.url)
 
     async def get(self, key: str) -> dict[str, Any] | None:
-        raw = await self._redis().get(f"ef:cache:{key}")
+        try:
+            raw = await self._redis().get(f"ef:cache:{key}")
+        except (redis.exceptions.RedisError, OSError) as exc:
+            raise InfrastructureError(f"the response cache's Redis failed: {type(exc).__name__}: {exc}") from exc
         return json.loads(raw) if raw else None
 
     async def put(self, key: str, value: dict[str, Any]) -> None:
-        await self._redis().set(f"ef:cache:{key}", json.dumps(value), ex=self.ttl_s)
+        try:
+            await self._redis().set(f"ef:cache:{key}", json.dumps(value), ex=self.ttl_s)
+        except (redis.exceptions.RedisError, OSError) as exc:
+            log.warning("cache_write_failed", error=f"{type(exc).__name__}: {exc}")

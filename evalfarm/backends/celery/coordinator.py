@@ -11,22 +11,79 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Iterable
+from itertools import chain, islice
+from typing import Any, Iterable, Iterator
+
+import redis
 
 from ...core.plan import store_rows
 from ...engine.items import Engine
-from ...errors import FarmError
+from ...errors import EXIT_INTERNAL, EvalfarmError, FarmError, InfrastructureError
 from ...redact import redact
 from ..base import Plan, ProgressFn
+from ..finalize import run_ttl_s
 from ..store import Progress, batched, progress_of
 from .app import AGGREGATE, JUDGE_BATCH, RUN_BATCH, create_app
-from .broker_scan import keys_in_broker
+from .broker_scan import broker_keys, keys_in_broker
+from .room import full, no_room, run_bytes
 from .settings import FarmSettings, pick_batch_size
 from .store import probe, store_for
+from .transport import is_oom
+
+
+LOCK = "resume"  # ef:run:<id>:lock:resume: one coordinator dispatches a run at a time (start or resume)
+LOCK_TTL_S = 5.0  # a dead holder's lock is gone this long after it stopped refreshing it
+CHECK_EVERY_S = 0.25  # while dispatching: refresh the lock and read the state this often
+LIVE_STATES = ("planning", "dispatching", "running")
+SAMPLE_ITEMS = 200  # the plan's first items, measured to estimate the run's size in Redis
+
+
+def say(message: str) -> None:
+    """A line for the user watching a run (the progress bar shares stderr)."""
+    print(f"evalfarm: {message}", file=sys.stderr, flush=True)
+
+
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it was raised from (kombu wraps the Redis error it got)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        yield seen
+        seen = seen.__cause__ or seen.__context__
 
 
 class RunCancelled(FarmError):
     exit_code = 1
+
+
+class RunVanished(FarmError):
+    """The run's keys are gone from Redis (restarted without persistence, flushed, evicted)."""
+
+    exit_code = EXIT_INTERNAL
+
+
+class RunBusy(FarmError):
+    """Another coordinator holds the run's dispatch lock."""
+
+
+class _Guard:
+    """Held while dispatching: keeps the run's lock alive and notices a cancel or a lost run
+    within ``CHECK_EVERY_S``, so a dispatch stops instead of undoing either."""
+
+    def __init__(self, backend: "CeleryBackend", run_id: str, token: str) -> None:
+        self.backend, self.run_id, self.token = backend, run_id, token
+        self.checked = time.monotonic()
+
+    def check(self, force: bool = False) -> None:
+        if not force and time.monotonic() - self.checked < CHECK_EVERY_S:
+            return
+        self.checked = time.monotonic()
+        store = self.backend.store
+        if not store.refresh_lock(self.run_id, LOCK, self.token, LOCK_TTL_S):
+            raise RunBusy(f"run {self.run_id}: another coordinator took over its dispatch; "
+                          f"'evalfarm wait {self.run_id}' attaches to it")
+        state = store.get_state(self.run_id)
+        if state in (None, "cancelled", "failed"):
+            raise self.backend.stopped_error(self.run_id, state)
 
 
 class CeleryBackend:
@@ -44,28 +101,122 @@ class CeleryBackend:
         self.app = create_app(settings)
         self.store = store_for(url)
         self._meta: dict[str, dict[str, Any]] = {}
+        self._suspects: dict[str, set[str]] = {}  # run -> items nobody held at the last stall check
 
     # -- submit ---------------------------------------------------------------------------
     def start(self, plan: Plan, engine: Engine | None = None, on_progress: ProgressFn | None = None) -> None:
         """Store the whole plan, then dispatch it: a coordinator that dies mid-dispatch leaves a run
-        that ``resume`` can finish exactly."""
+        that ``resume`` can finish exactly. A run that will not fit in Redis is refused before
+        anything is stored; a plan that fails half-way is removed. The run's lock is held from the
+        start, so a ``resume`` cannot dispatch beside a live coordinator."""
         batch_size = pick_batch_size(plan.total, self.settings.batch_size)
         run_id = plan.run_id
+        items = plan.items()
+        sample = list(islice(items, SAMPLE_ITEMS))
+        problem = no_room(self.store.r, plan.total, run_bytes(plan.total, (len(i.key) + len(i.to_json())
+                                                                             for i in sample)))
+        if problem:
+            raise FarmError(f"run not started: {problem}")
         self.store.create_run(run_id, plan.meta(self.mode, batch_size=batch_size))
-        for chunk in batched(plan.items(), max(batch_size, 1000 // batch_size * batch_size)):
-            self.store.add_items(run_id, *store_rows(chunk))
-        self.store.update_meta(run_id, planned=True, state="dispatching", spec_hash=plan.spec_hash)
-        self._dispatch(run_id, batched(self.store.iter_item_keys(run_id), batch_size))
-
-    def _dispatch(self, run_id: str, batches: Iterable[list[str]], then_state: str = "running") -> None:
-        # fault injection for the crash tests: slow dispatch down so a coordinator can die mid-way
-        delay = float(os.environ.get("EVALFARM_FAILPOINT_DISPATCH_DELAY_S", "0") or 0)
-        with self.app.producer_or_acquire() as producer:
-            for keys in batches:
-                self.app.send_task(RUN_BATCH, args=[run_id, keys], producer=producer, queue="provider")
+        token = self.store.acquire_lock(run_id, LOCK, LOCK_TTL_S) or ""
+        guard = _Guard(self, run_id, token)
+        # fault injection for the planning tests: slow planning down so it can fail or die half-way
+        delay = float(os.environ.get("EVALFARM_FAILPOINT_PLAN_DELAY_S", "0") or 0)
+        try:
+            for chunk in batched(chain(sample, items), max(batch_size, 1000 // batch_size * batch_size)):
+                self.store.add_items(run_id, *store_rows(chunk))
+                guard.check()
                 if delay:
                     time.sleep(delay)
-        self.store.update_meta(run_id, state=then_state)
+            self.store.persist_plan(run_id)
+            ok, state = self.store.transition(run_id, "dispatching", ("planning",), planned=True,
+                                              spec_hash=plan.spec_hash)
+            if not ok:
+                raise self.stopped_error(run_id, state)
+        except BaseException as exc:
+            raise self._planning_failed(run_id, plan.total, exc, token) from None
+        self._dispatch(guard, batched(self.store.iter_item_keys(run_id), batch_size))
+
+    def _planning_failed(self, run_id: str, total: int, exc: BaseException, token: str) -> BaseException:
+        """Remove a half-stored plan (deleting works on a full Redis too) and mark the run failed,
+        so nothing is left behind without an expiry; returns what to raise."""
+        stored = 0
+        try:
+            stored = self.store.discard_plan(run_id)
+            reason = (f"planning stopped after {stored:,} of {total:,} items ({type(exc).__name__}); "
+                      "nothing was dispatched")
+            self.store.transition(run_id, "failed", ("planning",), failure=reason)  # a cancel stays
+            self.store.release_lock(run_id, LOCK, token)
+            self.store.expire_run(run_id, run_ttl_s())
+        except redis.exceptions.RedisError:
+            try:
+                self.store.expire_run(run_id, 1)  # EXPIRE works on a full Redis: leave nothing behind
+            except redis.exceptions.RedisError:
+                pass  # Redis is gone: the plan's keys expire by themselves (PLANNING_TTL_S)
+        if isinstance(exc, EvalfarmError) or not isinstance(exc, Exception):
+            return exc  # a cancel, a vanished run, Ctrl-C: already says what happened
+        if any(is_oom(e) for e in causes(exc)):
+            return FarmError(f"Redis ran out of memory while storing the plan of run {run_id} ({stored:,} of "
+                             f"{total:,} items stored, nothing dispatched, nothing spent); the partial plan is "
+                             f"removed: {full(self.store.r) or 'Redis is full'}; raise maxmemory (redis-cli "
+                             "CONFIG SET maxmemory ...) or free memory, and run the spec again")
+        if isinstance(exc, redis.exceptions.RedisError):
+            return InfrastructureError(f"lost the run store at {redact(self.settings.run_store_url)} while "
+                                       f"storing the plan of run {run_id}: {redact(str(exc))[:200]}; nothing was "
+                                       "dispatched and the partial plan expires by itself; run the spec again")
+        return exc
+
+    def _dispatch(self, guard: _Guard, batches: Iterable[list[str]], judge: Iterable[list[str]] = ()) -> None:
+        """Send the batches, then move the run from dispatching to running: only from dispatching,
+        so a cancel that came meanwhile stays (and stops the dispatch within a check)."""
+        run_id = guard.run_id
+        # fault injection for the crash tests: slow dispatch down so a coordinator can die mid-way
+        delay = float(os.environ.get("EVALFARM_FAILPOINT_DISPATCH_DELAY_S", "0") or 0)
+        sent = 0
+        try:
+            with self.app.producer_or_acquire() as producer:
+                for keys in batches:
+                    guard.check()
+                    self.app.send_task(RUN_BATCH, args=[run_id, keys], producer=producer, queue="provider")
+                    sent += 1
+                    if delay:
+                        time.sleep(delay)
+                for keys in judge:
+                    guard.check()
+                    self.app.send_task(JUDGE_BATCH, args=[run_id, keys], producer=producer, queue="judge")
+                    sent += 1
+            ok, state = self.store.transition(run_id, "running", ("dispatching",))
+            if not ok:
+                raise self.stopped_error(run_id, state)
+        except Exception as exc:
+            if any(is_oom(e) for e in causes(exc)):
+                raise FarmError(f"Redis ran out of memory while dispatching run {run_id} ({sent:,} batches sent): "
+                                f"{full(self.store.r) or 'Redis is full'}; raise maxmemory (redis-cli CONFIG SET "
+                                f"maxmemory ...) or free memory, then 'evalfarm resume {run_id}' sends the rest") \
+                    from None
+            raise
+        finally:
+            self.store.release_lock(run_id, LOCK, guard.token)
+
+    def stopped_error(self, run_id: str, state: str | None) -> FarmError:
+        """Why a run cannot go on: cancelled, failed, or gone from the store."""
+        meta = self.store.get_meta(run_id)
+        if meta is None:
+            return self.vanished(run_id)
+        done = self.store.counters(run_id).get("done", 0)
+        if state == "cancelled":
+            return RunCancelled(f"run {run_id} was cancelled at {done}/{meta['total']} items; "
+                                f"'evalfarm resume {run_id}' continues it")
+        if state == "failed":
+            return FarmError(f"run {run_id} failed: {meta.get('failure') or 'see evalfarm status'}")
+        return FarmError(f"run {run_id} is {state} (another coordinator changed it); "
+                         f"'evalfarm status {run_id}' shows where it stands")
+
+    def vanished(self, run_id: str) -> RunVanished:
+        return RunVanished(f"run {run_id} vanished from the run store at {redact(self.settings.run_store_url)}: "
+                           "Redis lost its data (restarted without appendonly, flushed or evicted), and with it "
+                           "the plan and every result so far; run the spec again (Redis with appendonly yes "
+                           "keeps runs through a restart)")
 
     # -- watch ----------------------------------------------------------------------------
     def meta(self, run_id: str) -> dict[str, Any]:
@@ -85,26 +236,47 @@ class CeleryBackend:
              poll_s: float = 0.1, stall_s: float = 10.0) -> None:
         """Poll counters until the report exists. If every item is done but no report appears for
         ``stall_s`` (the aggregate message was lost, e.g. in a broker restart), the aggregate is sent
-        again: it is idempotent."""
+        again: it is idempotent. A cancelled run, or one whose keys vanished, ends the wait at once."""
+        try:
+            self._wait(run_id, on_progress, timeout_s, poll_s, stall_s)
+        except redis.exceptions.RedisError as exc:  # the store client's own retries (~30 s) gave up
+            raise InfrastructureError(
+                f"lost the run store at {redact(self.settings.run_store_url)} while waiting for run {run_id}: "
+                f"{redact(str(exc))[:200]}; the run goes on if Redis comes back: 'evalfarm wait {run_id}' "
+                "attaches again") from None
+
+    def _wait(self, run_id: str, on_progress: ProgressFn | None, timeout_s: float | None, poll_s: float,
+              stall_s: float) -> None:
         started = time.monotonic()
         complete_since: float | None = None
         warned = False
+        moved_at, checked_at, last, diagnosis = time.monotonic(), time.monotonic(), None, None
         while True:
             if self.store.report_size(run_id):
                 if on_progress is not None:
                     on_progress(self.progress(run_id))
+                self._late_cancel_notice(run_id)
                 return
             p = self.progress(run_id)
             if on_progress is not None:
                 on_progress(p)
-            if p.state == "cancelled":
-                raise RunCancelled(f"run {run_id} was cancelled at {p.done}/{p.total} items; "
-                                   f"'evalfarm resume {run_id}' continues it")
+            if p.state in ("?", "cancelled", "failed"):
+                raise self.stopped_error(run_id, None if p.state == "?" else p.state)
             if not warned and p.executed == 0 and time.monotonic() - started > self.settings.idle_warning_s:
                 warned = True
                 print(f"evalfarm: warning: no item of run {run_id} has finished after "
                       f"{self.settings.idle_warning_s:.0f} s: is a worker consuming the provider queue? "
                       "(evalfarm worker --broker ...)", file=sys.stderr, flush=True)
+            now = (p.done, p.executed, p.pending_judge)
+            if now != last:
+                moved_at, last = time.monotonic(), now
+            # every stall_notice_s; once Redis was found full, every second while the run moves again,
+            # so the user hears at once that it has room
+            moving = time.monotonic() - moved_at < 1.0
+            every = 1.0 if diagnosis == "full" and moving else self.settings.stall_notice_s
+            if time.monotonic() - checked_at > every and (p.done < p.total or diagnosis == "full"):
+                checked_at = time.monotonic()
+                diagnosis = self._diagnose(run_id, p, time.monotonic() - moved_at, diagnosis)
             if p.done >= p.total:
                 complete_since = complete_since or time.monotonic()
                 if time.monotonic() - complete_since > stall_s:
@@ -115,43 +287,155 @@ class CeleryBackend:
                                 f"'evalfarm status {run_id}' shows where it stands")
             time.sleep(poll_s)
 
+    def _diagnose(self, run_id: str, p: Progress, quiet_s: float, said: str | None) -> str | None:
+        """Checked every ``stall_notice_s`` while a run is not complete; each reason is said once:
+        Redis at its memory limit (workers keep their tasks and go on when it has room), or items
+        that nobody holds while the run has not moved (the broker lost them)."""
+        why = full(self.store.r)
+        if why is not None:
+            if said != "full":
+                say(f"run {run_id} ({p.done:,}/{p.total:,} done): {why}, so workers cannot record results; "
+                    "they keep their tasks and retry. Raise maxmemory (redis-cli CONFIG SET maxmemory ...) or "
+                    "free memory, and the run goes on by itself")
+            return "full"
+        if said == "full":
+            say(f"run {run_id}: Redis has room again; the run goes on ({p.done:,}/{p.total:,} done)")
+            said = None
+        if quiet_s < self.settings.stall_notice_s or not p.executed:
+            self._suspects.pop(run_id, None)
+            return said if said != "stalled" else None
+        missing, judge_missing, _, _ = self.missing(run_id)
+        # a task a worker took while Redis was full is recorded as in its hands at the next sweep
+        # (<= 10 s): only items missing at two checks in a row are lost
+        suspects = set(missing) | set(judge_missing)
+        lost = len(suspects & self._suspects.get(run_id, set()))
+        self._suspects[run_id] = suspects
+        if lost:
+            if said != "stalled":
+                say(f"run {run_id} has stalled at {p.done:,}/{p.total:,}: {lost:,} items are neither done, nor "
+                    f"queued, nor in a worker's hands (the broker lost them); 'evalfarm resume {run_id}' "
+                    "dispatches them")
+            return "stalled"
+        return said
+
+    def _late_cancel_notice(self, run_id: str) -> None:
+        meta = self.store.get_meta(run_id) or {}
+        if meta.get("cancel_too_late") or meta.get("previous_state") == "cancelled":
+            print(f"evalfarm: the cancel of run {run_id} came too late: every remaining item was already in "
+                  "a worker's hands, and the run finished; its full report follows", file=sys.stderr, flush=True)
+
     # -- recovery and control -------------------------------------------------------------
     def kick_aggregate(self, run_id: str) -> None:
-        self.store.release(run_id, "aggregate")
-        if self.store.claim(run_id, "aggregate"):
-            self.app.send_task(AGGREGATE, args=[run_id], queue="aggregate")
+        try:
+            self.store.release(run_id, "aggregate")
+            if self.store.claim(run_id, "aggregate"):
+                self.app.send_task(AGGREGATE, args=[run_id], queue="aggregate")
+        except Exception as exc:
+            if not any(is_oom(e) for e in causes(exc)):
+                raise
+            self.store.release(run_id, "aggregate")  # a full Redis: the next kick tries again
 
     def in_broker(self, run_id: str) -> set[str]:
         return keys_in_broker(self.store.r, run_id)[0]
 
-    def resume(self, run_id: str) -> dict[str, int]:
-        """Dispatch only what is missing; returns what was done."""
-        meta = self.meta(run_id)
-        if self.store.report_size(run_id):
-            return {"dispatched": 0, "judge": 0}
-        if not meta.get("planned"):
-            # the plan streams from the user's dataset file, which only the first coordinator read;
-            # no batch is sent before the plan is complete, so nothing ran and nothing was spent
-            raise FarmError(f"run {run_id} stopped while planning, before any item was dispatched "
-                            "(nothing ran, nothing was spent); run the spec again")
-        self.store.update_meta(run_id, state="running", resumed=int(meta.get("resumed", 0)) + 1)
+    def _take_lock(self, run_id: str) -> str:
+        """The run's dispatch lock; a dead holder's lock expires within ``LOCK_TTL_S``, so wait that
+        long before saying that another coordinator is at work."""
+        deadline = time.monotonic() + LOCK_TTL_S + 0.5
+        while True:
+            token = self.store.acquire_lock(run_id, LOCK, LOCK_TTL_S)
+            if token is not None:
+                return token
+            if time.monotonic() > deadline:
+                raise RunBusy(f"run {run_id} is being resumed (or dispatched) by another coordinator right now; "
+                              f"'evalfarm wait {run_id}' attaches to it")
+            time.sleep(0.2)
+
+    def missing(self, run_id: str) -> tuple[list[str], list[str], int, int]:
+        """(items neither done, nor awaiting the judge, nor in the broker; items awaiting a judge
+        that no message carries; how many are done; how many the broker holds)."""
         keys = list(self.store.iter_item_keys(run_id))
         done = self.store.done_keys(run_id, keys)
         pending = set(self.store.pending_keys(run_id))
         queued = self.in_broker(run_id)
         missing = [k for k in keys if k not in done and k not in pending and k not in queued]
         judge_missing = sorted(k for k in pending if k not in done and k not in queued)
-        self._dispatch(run_id, batched(missing, meta["batch_size"]))
-        for chunk in batched(judge_missing, meta["batch_size"]):
-            self.app.send_task(JUDGE_BATCH, args=[run_id, chunk], queue="judge")
-        if not missing and not judge_missing and len(done) >= meta["total"]:
-            self.kick_aggregate(run_id)
-        return {"dispatched": len(missing), "judge": len(judge_missing), "already_done": len(done),
-                "in_broker": len(queued)}
+        return missing, judge_missing, len(done), len(queued)
 
-    def cancel(self, run_id: str) -> None:
-        self.meta(run_id)
-        self.store.update_meta(run_id, state="cancelled")
+    def resume(self, run_id: str) -> dict[str, int]:
+        """Dispatch only what is missing; returns what was done. One resume at a time per run."""
+        meta = self.meta(run_id)
+        if self.store.report_size(run_id):
+            return {"dispatched": 0, "judge": 0}
+        token = self._take_lock(run_id)
+        guard = _Guard(self, run_id, token)
+        try:
+            if not meta.get("planned"):
+                raise self._fail_planning(run_id, meta)
+            ok, state = self.store.transition(run_id, "dispatching", ("dispatching", "running", "cancelled"),
+                                              resumed=int(meta.get("resumed", 0)) + 1)
+            if not ok:
+                if state == "done" or self.store.report_size(run_id):
+                    self.store.release_lock(run_id, LOCK, token)
+                    return {"dispatched": 0, "judge": 0}
+                raise self.stopped_error(run_id, state)
+            missing, judge_missing, done, queued = self.missing(run_id)
+        except BaseException:
+            self.store.release_lock(run_id, LOCK, token)
+            raise
+        self._dispatch(guard, batched(missing, meta["batch_size"]), batched(judge_missing, meta["batch_size"]))
+        if not missing and not judge_missing and done >= meta["total"]:
+            self.kick_aggregate(run_id)
+        return {"dispatched": len(missing), "judge": len(judge_missing), "already_done": done, "in_broker": queued}
+
+    def _fail_planning(self, run_id: str, meta: dict[str, Any]) -> FarmError:
+        """A run found in ``planning`` by a resume that holds its lock: its coordinator is gone. The plan
+        streamed from the user's dataset file, which only that coordinator read, and no batch is sent
+        before the plan is complete: nothing ran, nothing was spent. Remove the partial plan and mark
+        the run failed, so its keys expire like a finished run's."""
+        if self.store.get_state(run_id) == "failed":
+            return self.stopped_error(run_id, "failed")
+        stored = self.store.discard_plan(run_id)
+        reason = (f"its coordinator stopped while planning ({stored:,} of {meta['total']:,} items stored); "
+                  "nothing was dispatched")
+        self.store.transition(run_id, "failed", ("planning", "cancelled"), failure=reason)
+        self.store.expire_run(run_id, run_ttl_s())
+        return FarmError(f"run {run_id} stopped while planning ({stored:,} of {meta['total']:,} items stored, "
+                         "before any item was dispatched: nothing ran, nothing was spent); its partial plan is "
+                         "removed and the run marked failed: run the spec again")
+
+    def cancel(self, run_id: str) -> dict[str, Any]:
+        """Stop a run: workers skip its batches from now on. Says so when the cancel comes too late:
+        after the run finished (an error), or when nothing is left to stop (every remaining item is
+        already in a worker's hands: the run completes, and ``wait`` says the cancel came too late)."""
+        meta = self.meta(run_id)
+        total = meta["total"]
+        state = self.store.get_state(run_id)
+        done = self.store.counters(run_id).get("done", 0)
+        if state == "done" or self.store.report_size(run_id):
+            raise FarmError(f"too late to cancel run {run_id}: it had already finished ({done}/{total} items) "
+                            f"when the cancel arrived; 'evalfarm wait {run_id}' saves its report")
+        if state == "cancelled":
+            return {"outcome": "already", "done": done, "total": total}
+        queued: set[str] = set()
+        in_hands = 0
+        if state == "running":  # dispatch is over: is anything left that a cancel would stop?
+            queued, unacked, _ = broker_keys(self.store.r, run_id)
+            open_hands = unacked - self.store.done_keys(run_id, sorted(unacked))
+            pending = set(self.store.pending_keys(run_id))
+            in_hands = len(open_hands - pending)
+            if not queued and done + len(pending | open_hands) >= total:
+                self.store.update_meta(run_id, cancel_too_late=True)
+                return {"outcome": "too_late", "done": done, "total": total, "in_hands": in_hands}
+        ok, state = self.store.transition(run_id, "cancelled", LIVE_STATES, cancelled_at_done=done)
+        if not ok:
+            if state == "cancelled":
+                return {"outcome": "already", "done": done, "total": total}
+            if state == "done":
+                raise FarmError(f"too late to cancel run {run_id}: it finished as the cancel arrived; "
+                                f"'evalfarm wait {run_id}' saves its report")
+            raise self.stopped_error(run_id, state)
+        return {"outcome": "cancelled", "done": done, "total": total, "queued": len(queued), "in_hands": in_hands}
 
     def runs(self, limit: int = 20) -> list[dict[str, Any]]:
         out = []

@@ -4,8 +4,12 @@ Each call takes a slot with one Lua script (atomic across every worker): it
 waits while the endpoint is paused, while ``max_in_flight`` leases are held, or
 until the GCRA rate allows the next request. Leases expire, so a SIGKILLed
 worker cannot hold slots forever. A 429 with Retry-After sets the pause key for
-the whole fleet. With no limits configured a call costs no Redis round trip:
-the pause key is read at most every 200 ms.
+the whole fleet. With no limits configured a call never touches Redis: a
+background task on the worker's loop reads the pause key every 200 ms while calls
+are being made, and a Redis outage there only logs (calls go on with this
+worker's own pause state). Where Redis is on the call path (a fleet-wide
+``max_in_flight`` or rate), a Redis error is an ``InfrastructureError``: the item
+stays unfinished and its batch is retried, it never becomes the item's outcome.
 """
 from __future__ import annotations
 
@@ -16,8 +20,17 @@ import time
 import uuid
 from typing import AsyncIterator
 
+import redis
+
+from ...errors import InfrastructureError
+from ...logs import get_logger
 from ...providers.limits import Limits, LocalLimiter, set_limiter_factory
 from .redis_tls import async_client
+
+log = get_logger("evalfarm.limits")
+POLL_S = 0.2  # how often the fleet-wide pause is read while calls are made
+POLL_IDLE_S = 5.0  # the reader stops after this long without a call (and starts again with the next)
+POLL_TIMEOUT_S = 2.0  # a read that hangs (a partition) is given up; the next one tries again
 
 _ACQUIRE = """
 -- KEYS: pause, inflight (zset token->lease expiry ms), gcra (tat ms)
@@ -62,28 +75,49 @@ class RedisLimiter:
         self.burst_ms = max(1, rpm // 60) * self.interval_ms if rpm else 0
         self.enforced = bool(limits.max_in_flight or rpm)
         self.local = LocalLimiter(Limits())  # the per-process cap
-        self._pause_checked = 0.0
         self._paused_until = 0.0
+        self._last_call = 0.0
+        self._pollers: dict[int, asyncio.Task] = {}  # per event loop
 
     def _redis(self):
         return async_client(self.url)
 
-    async def _wait_pause(self) -> None:
-        now = time.monotonic()
-        if now - self._pause_checked > 0.2:
-            self._pause_checked = now
-            ms = await self._redis().pttl(self.keys[0])
-            if ms and ms > 0:
-                self._paused_until = max(self._paused_until, now + ms / 1000)
-        wait = self._paused_until - time.monotonic()
-        if wait > 0:
-            await asyncio.sleep(wait)
+    def _infra(self, exc: BaseException, what: str) -> InfrastructureError:
+        return InfrastructureError(f"the fleet limiter's Redis failed ({what}): {type(exc).__name__}: {exc}")
+
+    def _watch_pause(self) -> None:
+        """Start the background pause reader on this loop unless it runs (no I/O here)."""
+        self._last_call = time.monotonic()
+        loop = asyncio.get_running_loop()
+        task = self._pollers.get(id(loop))
+        if task is None or task.done():
+            self._pollers[id(loop)] = loop.create_task(self._poll_pause())
+
+    async def _poll_pause(self) -> None:
+        failing = False
+        while time.monotonic() - self._last_call < POLL_IDLE_S:
+            try:
+                ms = await asyncio.wait_for(self._redis().pttl(self.keys[0]), POLL_TIMEOUT_S)
+                if ms and ms > 0:
+                    self._paused_until = max(self._paused_until, time.monotonic() + ms / 1000)
+                if failing:
+                    failing = False
+                    log.warning("fleet_pause_readable_again", endpoint=self.eid)
+            except (redis.exceptions.RedisError, OSError, asyncio.TimeoutError) as exc:
+                if not failing:
+                    failing = True
+                    log.warning("fleet_pause_unreadable", endpoint=self.eid, error=f"{type(exc).__name__}: {exc}",
+                                effect="calls go on with this worker's own 429 pauses until Redis answers again")
+            await asyncio.sleep(POLL_S)
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         async with self.local.slot():
             if not self.enforced:
-                await self._wait_pause()
+                self._watch_pause()
+                wait = self._paused_until - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
                 yield
                 return
             async with self.fleet_slot():
@@ -95,8 +129,11 @@ class RedisLimiter:
         r = self._redis()
         token = uuid.uuid4().hex
         while True:
-            wait_ms = await r.eval(_ACQUIRE, 3, *self.keys, token, self.limits.max_in_flight or 0,
-                                   self.interval_ms, self.burst_ms, self.lease_ms)
+            try:
+                wait_ms = await r.eval(_ACQUIRE, 3, *self.keys, token, self.limits.max_in_flight or 0,
+                                       self.interval_ms, self.burst_ms, self.lease_ms)
+            except (redis.exceptions.RedisError, OSError) as exc:
+                raise self._infra(exc, "taking a slot") from exc
             if int(wait_ms) <= 0:
                 break
             await asyncio.sleep(min(float(wait_ms), 5000) / 1000 * (1 + random.uniform(0, 0.1)))
@@ -104,12 +141,20 @@ class RedisLimiter:
             yield
         finally:
             if self.limits.max_in_flight:
-                await r.zrem(self.keys[1], token)
+                try:
+                    await r.zrem(self.keys[1], token)
+                except (redis.exceptions.RedisError, OSError) as exc:  # the lease expires by itself
+                    log.warning("fleet_slot_release_failed", endpoint=self.eid, error=f"{type(exc).__name__}: {exc}")
 
     async def pause(self, seconds: float) -> None:
+        """This worker pauses at once; the fleet through Redis (if Redis cannot take it, the 429
+        still holds here, and the call's retry is a provider matter, not an infrastructure one)."""
         ms = max(1, int(seconds * 1000))
         self._paused_until = max(self._paused_until, time.monotonic() + seconds)
-        await self._redis().eval(_PAUSE, 1, self.keys[0], ms)
+        try:
+            await self._redis().eval(_PAUSE, 1, self.keys[0], ms)
+        except (redis.exceptions.RedisError, OSError) as exc:
+            log.warning("fleet_pause_not_shared", endpoint=self.eid, error=f"{type(exc).__name__}: {exc}")
 
 
 def install(url: str) -> None:

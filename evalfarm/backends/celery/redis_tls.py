@@ -16,11 +16,18 @@ kombu, Celery's result backend and redis-py all see the same settings.
 from __future__ import annotations
 
 import os
+import socket
 import ssl
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 CA_ENV = "EVALFARM_REDIS_CA_CERTS"
+# every Redis client of the farm: a command on a half-open connection (a network partition) fails
+# after this long instead of blocking until TCP gives up, and idle connections are probed
+SOCKET_TIMEOUT_S = 15.0
+KEEPALIVE = {opt: value for opt, value in ((getattr(socket, "TCP_KEEPIDLE", None), 10),
+                                           (getattr(socket, "TCP_KEEPINTVL", None), 5),
+                                           (getattr(socket, "TCP_KEEPCNT", None), 3)) if opt is not None}
 _CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE,
               "cert_required": ssl.CERT_REQUIRED, "cert_optional": ssl.CERT_OPTIONAL, "cert_none": ssl.CERT_NONE}
 _KEYS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname")

@@ -21,6 +21,7 @@ class FarmSettings:
     visibility_explicit: bool = False  # set from the environment: overrides the pool's
     time_limit_s: float | None = None  # a batch's items must finish within this (the pool's soft limit)
     idle_warning_s: float = 30.0  # warn when nothing has finished after this long (no worker?)
+    stall_notice_s: float = 20.0  # say why when a run has not moved for this long (full Redis, lost items)
     connect_timeout_s: float = 10.0  # an unreachable broker fails within this (EVALFARM_CONNECT_TIMEOUT)
 
     @property
@@ -53,6 +54,7 @@ class FarmSettings:
             max_in_flight=env_int("EVALFARM_MAX_IN_FLIGHT", 64, 1, 100000),
             visibility_timeout=env_int("EVALFARM_VISIBILITY_TIMEOUT", 900, 1, 7 * 86400),
             visibility_explicit="EVALFARM_VISIBILITY_TIMEOUT" in env,
+            stall_notice_s=env_int("EVALFARM_STALL_NOTICE_S", 20, 1, 86400),
             connect_timeout_s=float(env_int("EVALFARM_CONNECT_TIMEOUT", 10, 1, 3600)),
         )
         values.update(overrides)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import secrets
 import ssl
 import threading
 import time
@@ -21,9 +22,13 @@ from redis.retry import Retry
 
 from ...core.report import PROMPTS_OPEN, REPORT_CLOSE
 from ..store import RunStore, cost_meta
-from .redis_tls import split_tls
+from .redis_tls import KEEPALIVE, SOCKET_TIMEOUT_S, split_tls
 
 RUNS_INDEX = "ef:runs"
+PLANNING_TTL_S = 600  # a plan being stored expires this long after its last chunk unless completed
+PLAN_PARTS = ("meta", "state", "items", "order", "prompts")
+DATA_PARTS = ("items", "order", "prompts", "results", "rmeta", "counts", "pending", "report:head",
+              "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary", "blob:markdown")
 # every key of a run (claims and blobs by name): expire_run touches these and nothing else
 PARTS = ("meta", "state", "items", "order", "prompts", "results", "rmeta", "counts", "pending", "report:head",
          "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary", "blob:markdown", "lock:resume")
@@ -34,8 +39,9 @@ def _k(run_id: str, part: str) -> str:
 
 
 _RECORD_LUA = """
--- KEYS: results, rmeta, counts, pending ; ARGV: triples of (key, json, adapter|err|cost)
-local done = 0
+-- KEYS: results, rmeta, counts, pending, meta ; ARGV: triples of (key, json, adapter|err|cost)
+-- a run whose meta is gone (Redis lost its data) records nothing: -1
+if redis.call('EXISTS', KEYS[5]) == 0 then return -1 end
 for i = 1, #ARGV, 3 do
   local key, body = ARGV[i], ARGV[i + 1]
   local a, err, cost = string.match(ARGV[i + 2], "^(.*)|(%d+)|(-?%d+)$")
@@ -63,6 +69,20 @@ for i = 1, #ARGV, 3 do
   redis.call('HDEL', KEYS[4], key)
 end
 return redis.call('HLEN', KEYS[1])
+"""
+
+
+_REFRESH_LUA = """
+-- KEYS: lock ; ARGV: token, ttl ms. Extend our lock, or take it again if it expired; 0 if another holds it
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+_RELEASE_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
 """
 
 
@@ -103,27 +123,45 @@ class RedisStore(RunStore):
                                  supported_errors=(redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                                                    redis.exceptions.BusyLoadingError))
         self.r = redis.Redis.from_url(plain, **{"retry": retry, "health_check_interval": 10,
-                                                "socket_connect_timeout": 5, **tls, **kwargs})
+                                                "socket_connect_timeout": 5, "socket_timeout": SOCKET_TIMEOUT_S,
+                                                "socket_keepalive": True, "socket_keepalive_options": KEEPALIVE,
+                                                **tls, **kwargs})
         self._record = self.r.register_script(_RECORD_LUA)
+        self._refresh = self.r.register_script(_REFRESH_LUA)
+        self._release = self.r.register_script(_RELEASE_LUA)
 
     def ping(self) -> None:
         self.r.ping()
 
     def create_run(self, run_id: str, meta: dict[str, Any]) -> None:
         pipe = self.r.pipeline()
-        pipe.set(_k(run_id, "meta"), json.dumps(meta))
-        pipe.set(_k(run_id, "state"), meta.get("state", ""))
+        pipe.set(_k(run_id, "meta"), json.dumps(meta), ex=PLANNING_TTL_S)
+        pipe.set(_k(run_id, "state"), meta.get("state", ""), ex=PLANNING_TTL_S)
         pipe.zadd(RUNS_INDEX, {run_id: time.time()})
         pipe.execute()
 
     def add_items(self, run_id: str, items: list[tuple[str, str]], prompts: list[str] = ()) -> None:
+        """A chunk of the plan; the plan's keys expire unless more chunks (and ``persist_plan``) follow."""
         if items:
             pipe = self.r.pipeline(transaction=False)
             pipe.hset(_k(run_id, "items"), mapping=dict(items))
             pipe.rpush(_k(run_id, "order"), *[k for k, _ in items])
             if prompts:
                 pipe.rpush(_k(run_id, "prompts"), *prompts)
+            for part in PLAN_PARTS:
+                pipe.expire(_k(run_id, part), PLANNING_TTL_S)
             pipe.execute()
+
+    def persist_plan(self, run_id: str) -> None:
+        pipe = self.r.pipeline(transaction=False)
+        for part in PLAN_PARTS:
+            pipe.persist(_k(run_id, part))
+        pipe.execute()
+
+    def discard_plan(self, run_id: str) -> int:
+        stored = int(self.r.llen(_k(run_id, "order")))
+        self.r.delete(*[_k(run_id, part) for part in DATA_PARTS])
+        return stored
 
     def iter_prompts(self, run_id: str) -> Iterator[str]:
         return (p.decode() for p in self._iter_list(_k(run_id, "prompts")))
@@ -151,7 +189,7 @@ class RedisStore(RunStore):
                     meta = json.loads(pipe.get(key) or "{}")
                     meta.update(fields)
                     pipe.multi()
-                    pipe.set(key, json.dumps(meta))
+                    pipe.set(key, json.dumps(meta), keepttl=True)
                     if "state" in fields:
                         pipe.set(_k(run_id, "state"), fields["state"])
                     pipe.execute()
@@ -159,6 +197,40 @@ class RedisStore(RunStore):
                 except Exception as exc:  # WatchError: someone else wrote; retry
                     if type(exc).__name__ != "WatchError":
                         raise
+
+    def transition(self, run_id: str, to: str, allowed_from: tuple[str, ...] | None = None,
+                   **fields: Any) -> tuple[bool, str | None]:
+        """WATCH the state and the meta: a cancel written between our read and our write makes the
+        transaction fail and the check run again against the new state."""
+        state_key, meta_key = _k(run_id, "state"), _k(run_id, "meta")
+        with self.r.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(state_key, meta_key)
+                    raw_meta, raw_state = pipe.get(meta_key), pipe.get(state_key)
+                    current = raw_state.decode() if raw_state else None
+                    if raw_meta is None or (allowed_from is not None and current not in allowed_from):
+                        pipe.unwatch()
+                        return False, current
+                    meta = json.loads(raw_meta)
+                    meta.update(fields, state=to, previous_state=current)
+                    pipe.multi()
+                    pipe.set(meta_key, json.dumps(meta), keepttl=True)
+                    pipe.set(state_key, to, keepttl=True)
+                    pipe.execute()
+                    return True, current
+                except redis.exceptions.WatchError:
+                    continue
+
+    def acquire_lock(self, run_id: str, what: str, ttl_s: float) -> str | None:
+        token = secrets.token_hex(8)
+        return token if self.r.set(_k(run_id, f"lock:{what}"), token, nx=True, px=int(ttl_s * 1000)) else None
+
+    def refresh_lock(self, run_id: str, what: str, token: str, ttl_s: float) -> bool:
+        return bool(self._refresh(keys=[_k(run_id, f"lock:{what}")], args=[token, int(ttl_s * 1000)]))
+
+    def release_lock(self, run_id: str, what: str, token: str) -> None:
+        self._release(keys=[_k(run_id, f"lock:{what}")], args=[token])
 
     def get_items(self, run_id: str, keys: list[str]) -> list[str | None]:
         if not keys:
@@ -189,7 +261,8 @@ class RedisStore(RunStore):
         for o in outcomes:
             err, cost = cost_meta(o)
             args += [o["key"], json.dumps(o), f"{o['adapter']}|{err}|{cost}"]
-        keys = [_k(run_id, "results"), _k(run_id, "rmeta"), _k(run_id, "counts"), _k(run_id, "pending")]
+        keys = [_k(run_id, "results"), _k(run_id, "rmeta"), _k(run_id, "counts"), _k(run_id, "pending"),
+                _k(run_id, "meta")]
         return int(self._record(keys=keys, args=args))
 
     def counters(self, run_id: str) -> dict[str, int]:

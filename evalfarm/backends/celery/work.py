@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 from ...core.outcome import Outcome
 from ...core.plan import Item
 from ...engine import build_engine
+from ...errors import InfrastructureError
 from ...logs import get_logger
 from ...engine.cache import ResponseCache, SqliteCache
 from ...engine.items import Engine, bounded, within
@@ -128,8 +129,60 @@ def _record(store: RunStore, ctx: RunContext, run_id: str, outcomes: list[Outcom
             enqueue_aggregate: Callable[[str], None]) -> None:
     finished = store.record(run_id, [o.to_dict() for o in outcomes]) if outcomes \
         else store.counters(run_id).get("done", 0)
+    if finished < 0:  # the run's keys are gone (Redis lost its data): nothing to record into
+        log.warning("run_vanished", run_id=run_id, dropped=len(outcomes))
+        return
     if finished >= ctx.meta["total"] and store.claim(run_id, "aggregate"):
-        enqueue_aggregate(run_id)
+        try:
+            enqueue_aggregate(run_id)
+        except BaseException:  # the broker refused it: let the retried batch (or wait's kick) claim again
+            store.release(run_id, "aggregate")
+            raise
+
+
+class _Progressive:
+    """A batch's items recorded as they finish, a few at a time, not all at the batch's end: the run's
+    progress (and the live bar) moves item by item, and a batch cut short keeps what it finished."""
+
+    EVERY_N, EVERY_S = 16, 0.25
+
+    def __init__(self, store: RunStore, ctx: "RunContext", run_id: str,
+                 enqueue_aggregate: Callable[[str], None]) -> None:
+        self.store, self.ctx, self.run_id, self.enqueue_aggregate = store, ctx, run_id, enqueue_aggregate
+        self.buffer: list[Outcome] = []
+        self.last = time.monotonic()
+        self.recorded = 0
+
+    async def add(self, outcome: Outcome) -> None:
+        self.buffer.append(outcome)
+        if len(self.buffer) >= self.EVERY_N or time.monotonic() - self.last >= self.EVERY_S:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if not self.buffer:
+            return
+        batch, self.buffer, self.last = self.buffer, [], time.monotonic()
+        self.recorded += len(batch)
+        await asyncio.to_thread(_record, self.store, self.ctx, self.run_id, batch, self.enqueue_aggregate)
+
+
+async def _kept(coro: Awaitable[Outcome]) -> Outcome | InfrastructureError:
+    """An infrastructure failure (limiter, cache) is returned, not raised: the batch's other items
+    finish and are recorded, and the batch runs again for the rest (their results are not answers)."""
+    try:
+        return await coro
+    except InfrastructureError as exc:
+        return exc
+
+
+def _split(results: list[Outcome | InfrastructureError]) -> tuple[list[Outcome], list[InfrastructureError]]:
+    return [r for r in results if isinstance(r, Outcome)], [r for r in results if isinstance(r, InfrastructureError)]
+
+
+def _raise_for(failed: list[InfrastructureError], total: int) -> None:
+    if failed:
+        raise InfrastructureError(f"{len(failed)} of {total} items of the batch hit an infrastructure error "
+                                  f"(first: {failed[0]}); they stay unfinished and the batch runs again")
 
 
 def _deadline(time_limit_s: float | None) -> float | None:
@@ -154,15 +207,33 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     engine = ctx.engine
     deadline = _deadline(time_limit_s)
     start = time.perf_counter()  # an item's wait counts from here: it is in this worker's hands
-    outcomes = WORKER_LOOP.run(lambda: bounded(ctx.in_flight(max_in_flight), [
-        lambda i=i: within(deadline, ctx.held(engine.call(i, start)), i, "adapter") for i in items])) if items else []
-    needs_judge = [o for o in outcomes if o.error is None] if engine.judged else []
-    judged_ids = {id(o) for o in needs_judge}
-    final = [engine.decide(o) for o in outcomes if id(o) not in judged_ids]
-    if needs_judge or pending:
-        store.put_pending(run_id, [o.to_dict() for o in needs_judge])
-        enqueue_judge(run_id, [o.key for o in needs_judge] + sorted(pending))
-    _record(store, ctx, run_id, final, enqueue_aggregate)
+    progress = None if engine.judged else _Progressive(store, ctx, run_id, enqueue_aggregate)
+
+    async def one(item: Item) -> Outcome | InfrastructureError:
+        result = await _kept(within(deadline, ctx.held(engine.call(item, start)), item, "adapter"))
+        if progress is not None and isinstance(result, Outcome):
+            await progress.add(engine.decide(result))
+        return result
+
+    async def batch() -> list[Outcome | InfrastructureError]:
+        try:
+            return await bounded(ctx.in_flight(max_in_flight), [lambda i=i: one(i) for i in items])
+        finally:
+            if progress is not None:
+                await progress.flush()
+
+    outcomes, failed = _split(WORKER_LOOP.run(batch) if items else [])
+    if progress is None:
+        needs_judge = [o for o in outcomes if o.error is None]
+        judged_ids = {id(o) for o in needs_judge}
+        final = [engine.decide(o) for o in outcomes if id(o) not in judged_ids]
+        if needs_judge or pending:
+            store.put_pending(run_id, [o.to_dict() for o in needs_judge])
+            enqueue_judge(run_id, [o.key for o in needs_judge] + sorted(pending))
+        _record(store, ctx, run_id, final, enqueue_aggregate)
+    elif not progress.recorded:  # nothing new (a redelivered, finished batch): is the run complete?
+        _record(store, ctx, run_id, [], enqueue_aggregate)
+    _raise_for(failed, len(items))
     return len(outcomes)
 
 
@@ -180,8 +251,9 @@ def execute_judge(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     pairs = [(Item.from_dict(json.loads(raw)), partial[k]) for k, raw in zip(partial, raws) if raw]
     engine = ctx.engine
     deadline = _deadline(time_limit_s)
-    judged = WORKER_LOOP.run(lambda: bounded(ctx.in_flight(max_in_flight), [
-        lambda i=i, o=o: within(deadline, ctx.held(engine.judge(i, o)), i, "judge", o) for i, o in pairs])) \
-        if pairs else []
+    judged, failed = _split(WORKER_LOOP.run(lambda: bounded(ctx.in_flight(max_in_flight), [
+        lambda i=i, o=o: _kept(within(deadline, ctx.held(engine.judge(i, o)), i, "judge", o)) for i, o in pairs]))
+        if pairs else [])
     _record(store, ctx, run_id, judged, enqueue_aggregate)
+    _raise_for(failed, len(pairs))
     return len(judged)
