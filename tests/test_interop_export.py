@@ -221,11 +221,11 @@ def _tampered(report: dict, tmp: Path, name: str, change) -> Path:
     ("output", lambda d: d["outcomes"][5].update(output=5), "outcomes[5].output: expected a string or null"),
     ("error", lambda d: d["outcomes"][1].update(error="boom"), "outcomes[1].error: expected null or an object"),
     ("tokens", lambda d: d["outcomes"][2].update(input_tokens=-3), "outcomes[2].input_tokens: expected an integer"),
-    ("checks", lambda d: d["outcomes"][2].update(checks=[{"kind": 1}]), "outcomes[2].checks: expected a list"),
+    ("checks", lambda d: d["outcomes"][2].update(checks=[{"kind": 1}]), "outcomes[2].checks[0].kind: expected a string or null"),
     ("outcomes", lambda d: d.update(outcomes={"a": 1}), "outcomes is not a list of items"),
     ("schema", lambda d: d.update(schema="other/1"), "schema is 'other/1'"),
-    ("adapters", lambda d: d.update(adapters=[1]), "adapters: expected a list of adapter ids"),
-    ("trials", lambda d: d.update(trials="2"), "trials: expected an integer >= 1"),
+    ("adapters", lambda d: d.update(adapters=[1]), "adapters: expected a list of strings"),
+    ("trials", lambda d: d.update(trials="2"), "trials: expected a whole number >= 1"),
     ("judge", lambda d: d.update(judge="j-1"), "judge: expected an object or null"),
 ])
 def test_damaged_reports_are_one_line_exit_2(run, tmp_path, name, change, expected):

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..canonical import canonical_json, sha256_hex
 from ..errors import UsageError
+from ..perms import make_dir
 from . import compare
 
 SCHEMA = "evalfarm.ab_comparison/1"
@@ -67,7 +68,7 @@ class Staged:
         self.data = data
         self.path = Path(reports_dir) / f"{sha256_hex(data)}.json"
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_dir(self.path.parent)
             fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
@@ -97,9 +98,75 @@ def load(path: Path) -> tuple[bytes, dict[str, Any]]:
         data = json.loads(raw)
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             raise ValueError
-    except ValueError:
+    except (ValueError, RecursionError):
         raise UsageError(f"{path}: not an evalfarm A/B comparison artifact (schema {SCHEMA})") from None
+    problem = shape_problem(data)
+    if problem:
+        raise UsageError(f"{path}: not an evalfarm A/B comparison artifact ({problem})")
     return raw, data
+
+
+def _str_or_none(v: Any) -> bool:
+    return v is None or isinstance(v, str)
+
+
+def shape_problem(art: dict[str, Any]) -> str | None:
+    """What in an artifact's shape ``verify`` could not work with (it is untrusted input), else None.
+    Values are left to verify: a wrong figure is NOT VERIFIED, a wrong type is a bad input."""
+    missing = [k for k in (*HEADER_KEYS, "arms", "verdict") if k not in art]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    order, arms = art["arm_order"], art["arms"]
+    if not isinstance(order, list) or not order or not all(isinstance(a, str) for a in order) \
+            or len(set(order)) != len(order):
+        return "arm_order: expected a list of arm names"
+    if not isinstance(arms, dict) or set(arms) != set(order):
+        return "arms: expected an object with one entry per arm of arm_order"
+    for name, arm in arms.items():
+        if not isinstance(arm, dict) or not isinstance(arm.get("profile"), str) \
+                or not isinstance(arm.get("role"), str) or not _str_or_none(arm.get("addendum_sha256")):
+            return f"arms.{name}: expected an object with profile, role and addendum_sha256"
+        rows = arm.get("ledger_rows")
+        if not isinstance(rows, list) or not all(isinstance(r, str) for r in rows):
+            return f"arms.{name}.ledger_rows: expected a list of row references"
+    pairs = art["pairs"]
+    if not isinstance(pairs, list) or not all(
+            isinstance(x, dict) and isinstance(x.get("a"), str) and isinstance(x.get("b"), str)
+            and x["a"] in arms and x["b"] in arms and isinstance(x.get("honest"), bool)
+            and isinstance(x.get("label"), str) for x in pairs) or sum(1 for x in pairs if x["honest"]) != 1:
+        return "pairs: expected a list of {a, b, label, honest} over the arms, one of them honest"
+    for key in ("plan", "role", "event"):
+        if not isinstance(art[key], str):
+            return f"{key}: expected a string"
+    suite, executor, verdict = art["suite"], art["executor"], art["verdict"]
+    if not isinstance(suite, dict) or not isinstance(suite.get("name"), str) or not isinstance(suite.get("sha256"), str):
+        return "suite: expected an object with name and sha256"
+    if not isinstance(executor, dict) or not isinstance(executor.get("kind"), str):
+        return "executor: expected an object with kind"
+    if not isinstance(verdict, dict) or not all(_str_or_none(verdict.get(k)) for k in ("a", "b", "result", "winner")):
+        return "verdict: expected an object with a, b, result and winner"
+    params = art.get("parameters")
+    margin = params.get("noninferiority_margin") if isinstance(params, dict) else None
+    if params is not None and (not isinstance(params, dict) or not (
+            margin is None or (isinstance(margin, (int, float)) and not isinstance(margin, bool)))):
+        return "parameters: expected an object whose noninferiority_margin is a number"
+    return None
+
+
+def row_problem(row: dict[str, Any]) -> str | None:
+    """A ledger row's fields as the figures read them, else the first that is not."""
+    if not isinstance(row.get("task"), str):
+        return "task is not a string"
+    for key in ("input_tokens", "output_tokens"):
+        v = row.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+            return f"{key} is not a whole number"
+    v = row.get("cost_usd")
+    if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
+        return "cost_usd is not a number"
+    if row.get("passed") is not None and not isinstance(row["passed"], bool):
+        return "passed is not true/false"
+    return None
 
 
 def verify_rows(artifact: dict[str, Any], index: dict[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
@@ -115,6 +182,9 @@ def verify_rows(artifact: dict[str, Any], index: dict[str, Any]) -> tuple[list[s
                 continue
             if row.data is None:
                 problems.append(f"arm {arm}: ledger line {row.line} is not a JSON object")
+                continue
+            if row_problem(row.data):
+                problems.append(f"arm {arm}: ledger line {row.line}: {row_problem(row.data)}")
                 continue
             if row.data.get("arm") != arm or row.data.get("plan") != artifact["plan"]:
                 problems.append(f"arm {arm}: ledger line {row.line} belongs to arm {row.data.get('arm')!r} "

@@ -7,9 +7,12 @@ Each entry is canonical JSON with ``seq`` (1-based), ``event``, ``ts``, ``data``
     digest = SHA-256(canonical(seq, event, ts, data, prev, hmac))
 
 so editing, reordering or dropping an entry breaks its own HMAC or the next entry's
-``prev``. The key is ``chain.key`` beside ``chain.jsonl``, created with mode 0600; a key
-file readable by group or others is refused. An append verifies the whole chain first
-and holds an exclusive ``flock``; any failure raises ``AuditError`` (exit code 4).
+``prev``. Cutting the chain short (or emptying it) breaks no link, so ``chain.head`` records
+how many entries there are and the last digest, HMAC'd with the key: a shorter chain no
+longer matches its head, and a head for the shorter chain cannot be made without the key.
+The key is ``chain.key`` beside ``chain.jsonl``, created with mode 0600 in a 0700 directory;
+a key file readable by group or others is refused. An append verifies the whole chain and
+its head first and holds an exclusive ``flock``; any failure raises ``AuditError`` (exit 4).
 """
 from __future__ import annotations
 
@@ -26,10 +29,12 @@ from typing import Any
 
 from ..canonical import canonical_json, sha256_hex
 from ..errors import EvalfarmError
+from ..perms import PRIVATE_DIR_MODE, can_create_in, make_dir
 
 EXIT_AUDIT = 4
 CHAIN = "chain.jsonl"
 KEY = "chain.key"
+HEAD = "chain.head"
 GENESIS = "0" * 64
 
 
@@ -42,11 +47,12 @@ class AuditError(EvalfarmError):
 @dataclass(frozen=True)
 class Broken:
     seq: int
-    line: int
+    line: int | None  # None: the chain as a whole does not match its head
     reason: str
 
     def __str__(self) -> str:
-        return f"entry {self.seq} (line {self.line}): {self.reason}"
+        return f"entry {self.seq} (line {self.line}): {self.reason}" if self.line else \
+            f"entry {self.seq}: {self.reason}"
 
 
 def _why(exc: OSError) -> str:
@@ -59,7 +65,7 @@ def read_key(audit_dir: Path, create: bool = False) -> bytes:
         if not create:
             raise AuditError(f"audit key not found: {path}")
         try:
-            Path(audit_dir).mkdir(parents=True, exist_ok=True)
+            make_dir(audit_dir, PRIVATE_DIR_MODE)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as fh:
                 fh.write(secrets.token_hex(32) + "\n")
@@ -100,7 +106,7 @@ def check(raw: bytes, key: bytes) -> tuple[list[dict[str, Any]], Broken | None]:
             entry = json.loads(line)
             content = {k: entry[k] for k in ("seq", "event", "ts", "data", "prev")}
             mac, digest = entry["hmac"], entry["digest"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return good, Broken(index, lineno, "not a chain entry (unparsable or fields missing)")
         if set(entry) != {"seq", "event", "ts", "data", "prev", "hmac", "digest"}:
             return good, Broken(index, lineno, "unexpected fields")
@@ -117,15 +123,115 @@ def check(raw: bytes, key: bytes) -> tuple[list[dict[str, Any]], Broken | None]:
     return good, None
 
 
+def _head_mac(key: bytes, count: int, digest: str) -> str:
+    return hmac.new(key, f"evalfarm.audit.head\n{count}\n{digest}".encode("ascii"), "sha256").hexdigest()
+
+
+def _write_head(audit_dir: Path, key: bytes, good: list[dict[str, Any]]) -> None:
+    """Replace ``chain.head`` atomically (0600): the count of entries and the last digest, signed."""
+    count, digest = len(good), good[-1]["digest"] if good else GENESIS
+    body = canonical_json({"count": count, "digest": digest, "hmac": _head_mac(key, count, digest)})
+    tmp = Path(audit_dir) / f".{HEAD}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as fh:
+        fh.write(body + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, Path(audit_dir) / HEAD)
+
+
+def check_head(audit_dir: Path, key: bytes, good: list[dict[str, Any]]) -> Broken | None:
+    """Does an intact chain of ``good`` entries end where ``chain.head`` says it does?"""
+    path = Path(audit_dir) / HEAD
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        if not good:
+            return None
+        return Broken(len(good), None, f"{HEAD} is missing, so a cut could go unnoticed (a chain from before "
+                                       "heads, or the head was deleted); once the chain is known to be whole, "
+                                       "'evalfarm audit verify --seal' writes one")
+    except OSError as exc:
+        return Broken(len(good), None, f"cannot read {path}: {_why(exc)}")
+    try:
+        head = json.loads(raw)
+        count, digest, mac = head["count"], head["digest"], head["hmac"]
+        valid = isinstance(count, int) and not isinstance(count, bool) and count >= 0 and isinstance(digest, str) \
+            and isinstance(mac, str)
+    except (ValueError, KeyError, TypeError, RecursionError):
+        valid = False
+    if not valid:
+        return Broken(len(good) + 1, None, f"{HEAD} is not a chain head")
+    if not hmac.compare_digest(_head_mac(key, count, digest), mac):
+        return Broken(len(good) + 1, None, f"{HEAD}: HMAC mismatch (edited, or signed with another key)")
+    if count > len(good):
+        return Broken(len(good) + 1, None, f"missing: the chain ends after {len(good)} entr"
+                                           f"{'y' if len(good) == 1 else 'ies'} but its head records {count} "
+                                           "(the chain was cut short or emptied)")
+    expected = good[count - 1]["digest"] if count else GENESIS
+    if digest != expected:
+        return Broken(count, None, f"entry {count}'s digest is not the one its head records")
+    return None  # entries past the head are signed with the key: an append whose head update was cut off
+
+
 def verify(audit_dir: Path) -> tuple[list[dict[str, Any]], Broken | None]:
+    """The intact entries, and the first problem: a broken entry, or a chain that does not end
+    where its head says (cut short, emptied, or the head removed)."""
     path = Path(audit_dir) / CHAIN
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise AuditError(f"no audit chain at {path}") from None
+        if (Path(audit_dir) / HEAD).exists():
+            raw = b""  # the chain was deleted: its head still says how many entries there were
+        else:
+            raise AuditError(f"no audit chain at {path}") from None
     except OSError as exc:
         raise AuditError(f"cannot read {path}: {_why(exc)}") from None
-    return check(raw, read_key(audit_dir))
+    key = read_key(audit_dir)
+    good, broken = check(raw, key)
+    return good, broken or check_head(audit_dir, key, good)
+
+
+def seal(audit_dir: Path) -> list[dict[str, Any]]:
+    """Write the head for the chain as it is (after checking every entry); returns the entries.
+    For a chain written before heads existed: it vouches for the chain's current length."""
+    audit_dir = Path(audit_dir)
+    key = read_key(audit_dir)
+    try:
+        fd = os.open(audit_dir / CHAIN, os.O_RDWR)
+    except OSError as exc:
+        raise AuditError(f"cannot open {audit_dir / CHAIN}: {_why(exc)}") from None
+    with os.fdopen(fd, "r+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        good, broken = check(fh.read(), key)
+        if broken is not None:
+            raise AuditError(f"the audit chain is broken at {broken}; a head would vouch for a broken chain")
+        try:
+            _write_head(audit_dir, key, good)
+        except OSError as exc:
+            raise AuditError(f"cannot write {audit_dir / HEAD}: {_why(exc)}") from None
+    return good
+
+
+def check_appendable(audit_dir: Path) -> None:
+    """Before a run spends anything: the chain it will be anchored in can be extended (its
+    directory writable, its key private, the chain and its head intact), or AuditError now."""
+    audit_dir = Path(audit_dir)
+    probe = audit_dir
+    while not probe.exists():
+        probe = probe.parent
+    why = "not a directory" if not probe.is_dir() else can_create_in(probe)
+    if why:
+        what = f"append to the audit chain in {audit_dir}" if (audit_dir / KEY).exists() else \
+            f"create the audit key {audit_dir / KEY}"
+        raise AuditError(f"cannot {what}: {probe}: {why}; nothing was run")
+    if (audit_dir / KEY).exists():
+        read_key(audit_dir)
+    if (audit_dir / CHAIN).exists() or (audit_dir / HEAD).exists():
+        _, broken = verify(audit_dir)
+        if broken is not None:
+            raise AuditError(f"the audit chain {audit_dir / CHAIN} is broken at {broken}; refusing to extend it, so "
+                             f"nothing was run ('evalfarm audit verify --audit-dir {audit_dir}')")
 
 
 def append(audit_dir: Path, event: str, data: dict[str, Any], ts: str | None = None) -> dict[str, Any]:
@@ -133,7 +239,7 @@ def append(audit_dir: Path, event: str, data: dict[str, Any], ts: str | None = N
     audit_dir = Path(audit_dir)
     path = audit_dir / CHAIN
     try:
-        audit_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(audit_dir, PRIVATE_DIR_MODE)
         key = read_key(audit_dir, create=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
     except AuditError:
@@ -146,6 +252,7 @@ def append(audit_dir: Path, event: str, data: dict[str, Any], ts: str | None = N
             fh.seek(0)
             raw = fh.read()
             good, broken = check(raw, key)
+            broken = broken or check_head(audit_dir, key, good)
             if broken is not None:
                 raise AuditError(f"the audit chain {path} is broken at {broken}; refusing to extend it "
                                  f"('evalfarm audit verify --audit-dir {audit_dir}')")
@@ -158,6 +265,7 @@ def append(audit_dir: Path, event: str, data: dict[str, Any], ts: str | None = N
             fh.write(prefix + canonical_json(entry).encode("utf-8") + b"\n")
             fh.flush()
             os.fsync(fh.fileno())
+            _write_head(audit_dir, key, [*good, entry])  # still under the lock
     except OSError as exc:
         raise AuditError(f"cannot append to the audit chain {path}: {_why(exc)}") from None
     return entry

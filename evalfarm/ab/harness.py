@@ -21,7 +21,7 @@ from ..spec.models import EvalSpec, PromptSpec
 from ..spec.sourcemap import line_for, load_yaml, read_text
 from ..spec.suite import SpawnTask
 from . import artifact as artifact_mod
-from . import audit, compare, pair_index, paths
+from . import audit, compare, pair_index, paths, references
 from . import ledger as ledger_mod
 from .executors import ArmExecutor, ArmRun
 from .profiles import CONTROL, Profile, profile
@@ -221,6 +221,9 @@ def verify(artifact_path: Path, ledger: Path | None = None, audit_dir: Path | No
         else:
             checks.append(("audit event", False, f"no intact {artifact_mod.EVENT} event for {sha[:16]} in {audit_dir}"
                            + (f"; chain broken at {broken}" if broken else "")))
+        cited = references.index_problems(Path(artifact_path).parent, good, sha)
+        if cited:
+            checks.append(("pair index", False, "; ".join(cited[:3])))
     except audit.AuditError as exc:
         checks.append(("audit event", False, str(exc)))
     return Verification(all(ok for _, ok, _ in checks), checks)

@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 from ..canonical import canonical_json, sha256_hex
 from ..errors import UsageError
+from ..perms import make_dir
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def load(path: Path) -> dict[str, LedgerRow]:
     for lineno, line in _iter_lines(raw):
         try:
             data = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             data = None
         ref = row_ref(line)
         out.setdefault(ref, LedgerRow(ref, lineno, data if isinstance(data, dict) else None))
@@ -62,7 +63,7 @@ def append_rows(path: Path, rows: list[dict[str, Any]]) -> list[str]:
     """Append rows not already present (by exact bytes); return every row's reference, in order."""
     path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dir(path.parent)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     except OSError as exc:
         raise UsageError(f"cannot open ledger {path}: {exc.strerror}") from None

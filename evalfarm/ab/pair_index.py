@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from ..canonical import canonical_json
+from ..perms import make_dir
 
 INDEX = "pair_index.jsonl"
 
 
 def record(reports_dir: Path, entry: dict[str, Any]) -> None:
     path = Path(reports_dir) / INDEX
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     with os.fdopen(fd, "ab") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
@@ -36,9 +37,11 @@ def entries(reports_dir: Path) -> list[dict[str, Any]]:
     out = []
     for line in path.read_text(encoding="ascii", errors="replace").splitlines():
         try:
-            out.append(json.loads(line))
-        except ValueError:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
             continue
+        if isinstance(entry, dict) and isinstance(entry.get("artifact"), str):  # an edited line is skipped
+            out.append(entry)
     return out
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..canonical import content_key
 from ..errors import SpecError
+from ..names import label_problem
 from ..spec.sourcemap import dotted, line_for, load_yaml, read_text
 
 Scorer = Literal["exact", "contains", "none"]
@@ -21,6 +22,14 @@ Scorer = Literal["exact", "contains", "none"]
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _label(value: str | None) -> str | None:
+    """Names and ids are printed in rows: no tab, newline or other control character."""
+    problem = None if value is None else label_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
 
 
 class Task(_Model):
@@ -33,13 +42,18 @@ class Task(_Model):
     def _no_slash(cls, value: str) -> str:
         if "/" in value or not value.strip():
             raise ValueError("task id must be non-blank and must not contain '/'")
-        return value
+        return _label(value)
 
 
 class Variant(_Model):
     name: str = Field(min_length=1)
     prompt: str
     model: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        return _label(value)
 
 
 class TaskFile(_Model):
@@ -50,6 +64,11 @@ class Suite(_Model):
     name: str | None = None
     scorer: Scorer = "contains"
     tasks: list[Task] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        return _label(value)
 
     def content_hash(self) -> str:
         """What the suite asks, independent of YAML formatting."""
@@ -112,5 +131,8 @@ def load_suite(path: Path | str) -> Suite:
     path = Path(path)
     suite = _validate(Suite, path, "suite")
     if suite.name is None:  # type: ignore[attr-defined]
+        if label_problem(path.stem):
+            raise SpecError(f"the file name {path.stem!r} cannot name the suite ({label_problem(path.stem)}); "
+                            "add a 'name:'", path=str(path), line=1)
         suite = suite.model_copy(update={"name": path.stem})
     return suite  # type: ignore[return-value]

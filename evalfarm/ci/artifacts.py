@@ -11,6 +11,8 @@ from typing import Any, Iterable
 from ..canonical import sha256_hex
 from ..core.report import RunReport, render_markdown, report_bytes, report_problem
 from ..errors import UsageError
+from ..names import is_run_id, run_id_problem
+from ..perms import can_create_in, file_mode, make_dir
 
 DEFAULT_STATE_DIR = Path(".evalfarm")
 
@@ -19,16 +21,10 @@ def runs_dir(state_dir: Path | str) -> Path:
     return Path(state_dir) / "runs"
 
 
-def _umask_mode() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
 def write_stream(path: Path, chunks: Iterable[bytes]) -> str:
     """Write chunks so readers never see half a file; returns the SHA-256 of the bytes.
 
-    A regular file is replaced atomically (temp file + rename, with the usual umask mode). A
+    A regular file is replaced atomically (temp file + rename, mode 0644 narrowed by the umask). A
     symlink is followed, and a device or pipe (``/dev/stdout``, a FIFO) is written in place:
     replacing those would destroy them.
     """
@@ -37,15 +33,19 @@ def write_stream(path: Path, chunks: Iterable[bytes]) -> str:
 
     path = Path(path)
     digest = hashlib.sha256()
-    if path.is_symlink():
-        path = path.resolve()
-    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+    try:
+        kind = os.stat(path).st_mode  # follows links, /dev/stdout's /proc link to a pipe included
+    except FileNotFoundError:
+        kind = None
+    if kind is not None and not stat.S_ISREG(kind):
         with open(path, "wb") as fh:
             for chunk in chunks:
                 digest.update(chunk)
                 fh.write(chunk)
         return digest.hexdigest()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink():
+        path = path.resolve()
+    make_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -54,7 +54,7 @@ def write_stream(path: Path, chunks: Iterable[bytes]) -> str:
                 fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, _umask_mode())
+        os.chmod(tmp, file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -72,16 +72,29 @@ def check_writable(path: Path, what: str) -> None:
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{what} {path}: is a directory; give a file path")
+    if path.exists() and not path.is_file():  # /dev/stdout, a FIFO: written in place, never replaced
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"{what} {path}: not writable")
+        return
     parent = path.resolve().parent if path.is_symlink() else path.parent
     probe = parent
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir():
         raise UsageError(f"{what} {path}: {probe} is not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"{what} {path}: {probe} is not writable")
+    why = can_create_in(probe)
+    if why:
+        raise UsageError(f"{what} {path}: cannot create files in {probe} ({why})")
     if path.exists() and not os.access(path, os.W_OK):
         raise UsageError(f"{what} {path}: the file is not writable")
+
+
+def check_writable_dir(path: Path, what: str) -> None:
+    """Before anything is spent: a directory we will create or write into later, or exit 2 now."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{what} {path}: is not a directory")
+    check_writable(path / ".probe", what)
 
 
 def check_state_dir(state_dir: Path) -> None:
@@ -89,6 +102,15 @@ def check_state_dir(state_dir: Path) -> None:
     if state_dir.exists() and not state_dir.is_dir():
         raise UsageError(f"--state-dir {state_dir}: is not a directory")
     check_writable(state_dir / "runs" / "probe.json", "--state-dir")
+
+
+def _checked_runs_dir(state_dir: Path | str, run_id: object) -> Path:
+    """``<state_dir>/runs``, created; a run id that is not one (``../x``, ``/abs/path``) is refused here,
+    the last gate before a file name is built from it."""
+    problem = run_id_problem(run_id)
+    if problem:
+        raise UsageError(f"refusing to save the run: {problem}")
+    return make_dir(runs_dir(state_dir))
 
 
 def save_report(report: RunReport | dict[str, Any], state_dir: Path | str = DEFAULT_STATE_DIR,
@@ -99,8 +121,7 @@ def save_report(report: RunReport | dict[str, Any], state_dir: Path | str = DEFA
     is never overwritten, so two runs in the same second both survive.
     """
     data = report.to_dict() if isinstance(report, RunReport) else report
-    out = runs_dir(state_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _checked_runs_dir(state_dir, data.get("run_id"))
     json_path, md_path = out / f"{data['run_id']}.json", out / f"{data['run_id']}.md"
     lineage_path = out / f"{data['run_id']}.lineage.json"
     if json_path.exists():
@@ -117,7 +138,7 @@ def save_report(report: RunReport | dict[str, Any], state_dir: Path | str = DEFA
 def save_report_stream(summary: dict[str, Any], chunks: Iterable[bytes], state_dir: Path | str,
                        markdown: bytes) -> tuple[Path, Path]:
     """Like save_report, for a report too big to hold: its bytes arrive in chunks."""
-    out = runs_dir(state_dir)
+    out = _checked_runs_dir(state_dir, summary.get("run_id"))
     json_path, md_path = out / f"{summary['run_id']}.json", out / f"{summary['run_id']}.md"
     if json_path.exists():
         raise UsageError(f"{json_path}: a run with this id is already saved; refusing to overwrite")
@@ -150,9 +171,9 @@ def resolve_run(ref: str, state_dir: Path | str = DEFAULT_STATE_DIR) -> Path:
         return path
     folder = runs_dir(state_dir)
     exact = folder / f"{ref}.json"
-    if exact.is_file():
+    if is_run_id(ref) and exact.is_file():  # only a real id becomes a file name (never "../x")
         return exact
-    matches = [p for p in list_runs(state_dir) if p.stem.startswith(ref)]
+    matches = [p for p in list_runs(state_dir) if ref and p.stem.startswith(ref)]
     if len(matches) == 1:
         return matches[0]
     if matches:

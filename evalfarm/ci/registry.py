@@ -12,6 +12,7 @@ each other's rows (writers wait on the database lock, up to 30 s).
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from contextlib import closing
 from datetime import datetime, timezone
@@ -20,6 +21,8 @@ from typing import Any, Iterator
 
 from ..core.verdict import NOTHING, PASSED, run_verdict
 from ..errors import SpecError, UsageError
+from ..names import baseline_name_problem, printable
+from ..perms import file_mode, make_dir
 from .artifacts import list_runs, load_report, resolve_run, runs_dir
 
 DB_NAME = "registry.db"
@@ -75,9 +78,12 @@ class Registry:
         self.path = self.state_dir / DB_NAME
 
     def _connect(self) -> sqlite3.Connection:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(self.state_dir)
+        new = not self.path.exists()
         try:
             conn = sqlite3.connect(self.path, timeout=30)
+            if new:  # SQLite creates it 0666 narrowed by the umask: 0666 under umask 000
+                os.chmod(self.path, file_mode())
             conn.row_factory = sqlite3.Row
             conn.executescript(_SCHEMA)
         except sqlite3.Error as exc:
@@ -182,8 +188,7 @@ class Registry:
     @_db_errors
     def promote(self, name: str, report: dict[str, Any], artifact: Path) -> str | None:
         """Point baseline ``name`` at this run (recording it if needed); returns the previous run id."""
-        if not name.strip():
-            raise UsageError("a baseline name must not be empty")
+        check_baseline_name(name)
         if self.get(report["run_id"]) is None:
             self.record(report, artifact)
         now = utc_now()
@@ -196,7 +201,10 @@ class Registry:
         return prev[0] if prev else None
 
     def baseline(self, name: str) -> dict[str, Any] | None:
-        """The baseline's run entry plus ``baseline_name`` and ``promoted_at``; None if no such name."""
+        """The baseline's run entry plus ``baseline_name`` and ``promoted_at``; None if no such name
+        (a look-up never creates the registry)."""
+        if not self.path.is_file():
+            return None
         rows = self._rows("SELECT b.name AS baseline_name, b.promoted_at, r.* FROM baselines b "
                           "LEFT JOIN runs r ON r.run_id = b.run_id WHERE b.name = ?", (name,))
         if not rows:
@@ -221,6 +229,14 @@ class Registry:
     def history(self, name: str) -> Iterator[dict[str, Any]]:
         for r in self._rows("SELECT * FROM promotions WHERE name = ? ORDER BY seq", (name,)):
             yield dict(r)
+
+
+def check_baseline_name(name: object, flag: str = "baseline name") -> str:
+    """A baseline name (``--name``, ``--baseline``, or a spec name used as one), or exit 2."""
+    problem = baseline_name_problem(name)
+    if problem:
+        raise UsageError(f"{flag} {str(name)[:80]!r} {problem}")
+    return name  # type: ignore[return-value]
 
 
 def resolve_ref(ref: str, state_dir: Path | str) -> Path:
@@ -284,19 +300,24 @@ def list_lines(state_dir: Path, spec: str | None = None, tag: str | None = None)
         figures = " ".join(f"{a}={f['overall']:.3f}" if f.get("overall") is not None else f"{a}=n/a"
                            for a, f in (e.get("figures") or {}).items())
         prompt = f"{e['prompt_name']}@{e['prompt_version']}" if e.get("prompt_name") else "-"
-        out.append("\t".join([e["run_id"], e.get("finished_at") or "", e.get("spec_name") or "", e["result"],
-                              e.get("artifact_path") or "", figures, prompt,
-                              ",".join(names.get(e["run_id"], [])) or "-"]))
+        out.append(_row([e["run_id"], e.get("finished_at") or "", e.get("spec_name") or "", e["result"],
+                         e.get("artifact_path") or "", figures, prompt, ",".join(names.get(e["run_id"], [])) or "-"]))
     if spec is None and tag is None:  # saved files the registry could not read
         known = {e["run_id"] for e in registry.runs()}
-        out += [f"{p.stem}\t\t\tUNREADABLE\t{p}" for p in list_runs(state_dir) if p.stem not in known]
+        out += [_row([p.stem, "", "", "UNREADABLE", str(p)]) for p in list_runs(state_dir) if p.stem not in known]
     return out
+
+
+def _row(cells: list[Any]) -> str:
+    """One tab-separated row: a tab or newline inside a value (an old registry, a file name) is shown
+    escaped, so every run stays one row of the same columns."""
+    return "\t".join(printable(c) for c in cells)
 
 
 def baseline_lines(state_dir: Path) -> list[str]:
 
     if not (Path(state_dir) / DB_NAME).is_file():
         return []
-    return ["\t".join([e["baseline_name"], e["run_id"], e["promoted_at"], e.get("spec_name") or "",
-                       e.get("result") or "", e.get("artifact_path") or ""])
+    return [_row([e["baseline_name"], e["run_id"], e["promoted_at"], e.get("spec_name") or "",
+                  e.get("result") or "", e.get("artifact_path") or ""])
             for e in Registry(state_dir).baselines()]

@@ -77,8 +77,8 @@ class EvalfarmGroup(click.Group):
 
             fail(redact(str(exc)), exc.exit_code)
         except OSError as exc:  # a path the user gave that cannot be written or read
-            if isinstance(exc, BrokenPipeError):
-                raise
+            if isinstance(exc, BrokenPipeError):  # here, before click's own handler turns it into exit 1
+                _quiet_broken_pipe()
             from ..redact import redact
 
             where = f"{exc.filename}: " if exc.filename else ""

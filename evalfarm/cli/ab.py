@@ -209,9 +209,28 @@ def ab(ctx: click.Context, **opts: Any) -> None:
         _suite_mode(opts)
 
 
+def _check_outputs(o: dict[str, Any], executor=None) -> None:
+    """Every file and directory the command will write, checked before anything is run or spent."""
+    from ..ci.artifacts import check_writable, check_writable_dir
+
+    if o["output"] is not None:
+        check_writable(o["output"], "--output")
+    if executor is None:
+        return
+    from ..ab import audit, paths
+
+    try:
+        check_writable_dir(o["reports_dir"] or paths.reports_dir(), "--reports-dir")
+    except UsageError as exc:
+        raise UsageError(f"cannot write the artifact: {exc}") from None
+    check_writable(o["ledger"] or executor.default_ledger(), "--ledger")
+    audit.check_appendable(o["audit_dir"] or paths.audit_dir())
+
+
 def _variant_mode(o: dict[str, Any]) -> None:
     from ..ab.harness import run_variants
 
+    _check_outputs(o)
     result = run_variants(variant_a=o["variant_a"], variant_b=o["variant_b"], tasks_path=o["tasks"],
                           scorer=o["scorer"] or "exact", run_spec=_farm_runner(o["broker"], None, o["as_json"]))
     from ..canonical import canonical_json
@@ -231,8 +250,7 @@ def _suite_mode(o: dict[str, Any]) -> None:
                             api_key_env=o["api_key_env"], price=_price(o["price"]), role=o["role"] or "backend",
                             timeout_s=o["timeout_s"], agent=o["agent"])
     executor.load_suite(o["suite"])  # the suite (and, spawn, the repo, base and agent) before any work
-    if o["output"] is not None and o["output"].is_dir():
-        raise UsageError(f"--output {o['output']}: is a directory; give a file path")
+    _check_outputs(o, executor)
     res = run_suite(suite_path=o["suite"], arm_a=o["arm_a"], arm_b=o["arm_b"], arms=arms, trials=o["trials"] or 1,
                     executor=executor, role=o["role"] or "backend", ledger=o["ledger"],
                     reports_dir=o["reports_dir"], audit_dir=o["audit_dir"],
@@ -293,18 +311,35 @@ def audit() -> None:
 
 @audit.command("verify")
 @click.option("--audit-dir", **dir_option, help="[default: STATE/audit; STATE: EVALFARM_STATE_DIR or .evalfarm]")
-def audit_verify(audit_dir: Path | None) -> None:
-    """Check every entry's HMAC and link; name the first broken entry (exit 1)."""
+@click.option("--reports-dir", **dir_option, help="Artifacts and pair index whose audit entries must still be in "
+                                                   "the chain [default: STATE/reports/eval_ab]")
+@click.option("--seal", is_flag=True, help="Write chain.head for the chain as it is now (a chain made before heads "
+                                           "existed); only after making sure nothing was cut.")
+def audit_verify(audit_dir: Path | None, reports_dir: Path | None, seal: bool) -> None:
+    """Check every entry's HMAC and link, the chain's length against its signed head, and that every
+    artifact and pair-index line still has its entry; name the first problem (exit 1)."""
     from ..ab import audit as chain
     from ..ab import paths
+    from ..ab.references import artifact_problems, index_problems
 
     audit_dir = audit_dir or paths.audit_dir()
+    reports_dir = reports_dir or paths.reports_dir()
     try:
+        if seal:
+            good = chain.seal(audit_dir)
+            click.echo(f"SEALED: {audit_dir / chain.HEAD} records {len(good)} entr{'y' if len(good) == 1 else 'ies'}")
+            return
         good, broken = chain.verify(audit_dir)
     except chain.AuditError as exc:
         raise UsageError(str(exc)) from None
+    n = f"{len(good)} entr{'y' if len(good) == 1 else 'ies'}"
     if broken is not None:
-        click.echo(f"BROKEN: {broken} in {audit_dir / chain.CHAIN}; {len(good)} entr{'y' if len(good) == 1 else 'ies'} "
-                   "before it verified")
+        click.echo(f"BROKEN: {broken} in {audit_dir / chain.CHAIN}; {n} before it verified")
         sys.exit(1)
-    click.echo(f"OK: {len(good)} entr{'y' if len(good) == 1 else 'ies'} verified in {audit_dir / chain.CHAIN}")
+    problems = index_problems(reports_dir, good) + artifact_problems(reports_dir, good)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        click.echo(f"BROKEN: {problems[0]}{more}; the chain {audit_dir / chain.CHAIN} has {n}")
+        sys.exit(1)
+    click.echo(f"OK: {n} verified in {audit_dir / chain.CHAIN}; the artifacts and pair index in {reports_dir} "
+               "cite only entries it has")

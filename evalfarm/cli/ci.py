@@ -125,10 +125,16 @@ def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_
 def baseline(run_ref: str, name: str | None, state_dir: Path) -> None:
     """Promote a stored RUN (path, id, id prefix, baseline:NAME) to a named baseline."""
     from ..ci.artifacts import list_runs, load_report, require_complete, runs_dir, save_report
-    from ..ci.registry import Registry, is_stored, resolve_ref
+    from ..ci.registry import Registry, check_baseline_name, is_stored, resolve_ref
+    from ..names import baseline_name_problem
 
+    if name is not None:
+        check_baseline_name(name, "--name")
     path = resolve_ref(run_ref, state_dir)
     report = require_complete(load_report(path), str(path))
+    if name is None and baseline_name_problem(report["spec_name"]):
+        raise UsageError(f"{path}: the run's spec name {report['spec_name']!r} cannot name a baseline "
+                         f"({baseline_name_problem(report['spec_name'])}); pass --name NAME")
     if report.get("nothing_measured"):
         raise NothingMeasuredError(f"{path}: run {report.get('run_id')} measured nothing (every item errored); "
                                    "it cannot be a baseline")

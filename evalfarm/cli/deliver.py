@@ -15,10 +15,42 @@ from typing import Any
 from ..backends.store import RunStore
 from ..ci.artifacts import list_runs, save_report_stream, write_stream
 from ..ci.pipeline import finish_run
+from ..core.report import head_problem, report_problem
+from ..errors import UsageError
 from ..spec.models import Thresholds
 from .console import print_summary
 
 FULL_REPORT_OPTIONS = ("gate", "promote", "baseline", "junit", "pr_summary")
+
+
+def stored_summary(store: RunStore, run_id: str) -> dict[str, Any]:
+    """The summary the aggregate stored, checked like a report file: the store is shared, so a
+    forged or corrupt summary (another run's id, ``../../x``, a wrong type) stops here (exit 2)
+    before any file name is built from it."""
+    raw = store.get_blob(run_id, "summary")
+    try:
+        summary = json.loads(raw) if raw else None
+    except (ValueError, RecursionError):
+        summary = None
+    problem = "missing or not JSON" if summary is None else head_problem(summary)
+    if problem is None and summary["run_id"] != run_id:
+        problem = f"it names run {str(summary['run_id'])[:80]!r}"
+    if problem:
+        raise UsageError(f"run {run_id}: the run store's summary is not usable ({problem}); nothing was saved")
+    return summary
+
+
+def _stored_report(store: RunStore, run_id: str) -> dict[str, Any]:
+    try:
+        report = json.loads(b"".join(store.iter_report(run_id)))
+    except (ValueError, RecursionError):
+        report = None
+    problem = "not JSON" if report is None else report_problem(report)
+    if problem is None and report["run_id"] != run_id:
+        problem = f"it names run {str(report['run_id'])[:80]!r}"
+    if problem:
+        raise UsageError(f"run {run_id}: the report in the run store is not usable ({problem})")
+    return report
 
 
 def finish(store: RunStore, run_id: str, state_dir: Path, no_save: bool, as_json: bool, output: Path | None,
@@ -26,7 +58,7 @@ def finish(store: RunStore, run_id: str, state_dir: Path, no_save: bool, as_json
            ci: dict[str, Any] | None = None) -> int:
     """Persist and print a run's report; returns the exit code."""
     ci = ci or {}
-    summary = json.loads(store.get_blob(run_id, "summary") or b"{}")
+    summary = stored_summary(store, run_id)
     markdown = store.get_blob(run_id, "markdown") or b""
     paths: list[str] = []
     json_path = None
@@ -49,5 +81,5 @@ def finish(store: RunStore, run_id: str, state_dir: Path, no_save: bool, as_json
         print_summary(summary, paths)
     report = summary
     if any(ci.get(k) for k in FULL_REPORT_OPTIONS) and not summary.get("stopped"):
-        report = json.loads(b"".join(store.iter_report(run_id)))
+        report = _stored_report(store, run_id)
     return finish_run(report, json_path, state_dir, thresholds, prompt_info, {**ci, "as_json": as_json})

@@ -8,7 +8,15 @@ from pathlib import Path
 import click
 
 from ..errors import EvalfarmError
+from ..names import printable, run_id_problem
 from .options import broker_option, state_dir_option
+
+
+def _run_id_arg(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A run id on the command line is checked before it reaches Redis keys or file names."""
+    if value is not None and run_id_problem(value):
+        raise click.BadParameter(f"{run_id_problem(value)}; see 'evalfarm status'")
+    return value
 
 
 def report_options(f):
@@ -105,7 +113,7 @@ def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str
 
 
 @click.command()
-@click.argument("run_id", required=False)
+@click.argument("run_id", required=False, callback=_run_id_arg)
 @broker_option
 @click.option("--json", "as_json", is_flag=True)
 def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
@@ -116,7 +124,8 @@ def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
         if as_json:
             click.echo(json.dumps(runs, indent=2))
         for r in runs if not as_json else []:
-            click.echo(f"{r['run_id']}\t{r['state']}\t{r['done']}/{r['total']}\t{r['spec']}\t{r['started_at']}")
+            click.echo("\t".join(printable(x) for x in (r["run_id"], r["state"], f"{r['done']}/{r['total']}",
+                                                         r["spec"], r["started_at"])))
         return
     meta = backend.meta(run_id)
     p = backend.progress(run_id)
@@ -148,7 +157,7 @@ def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_id", callback=_run_id_arg)
 @broker_option
 @report_options
 def wait(run_id: str, broker: str | None, state_dir: Path, no_save: bool, output: Path | None,
@@ -160,7 +169,7 @@ def wait(run_id: str, broker: str | None, state_dir: Path, no_save: bool, output
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_id", callback=_run_id_arg)
 @broker_option
 def cancel(run_id: str, broker: str | None) -> None:
     """Stop a run: workers skip its remaining batches; `resume` continues it later."""
@@ -179,7 +188,7 @@ def cancel(run_id: str, broker: str | None) -> None:
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_id", callback=_run_id_arg)
 @broker_option
 @report_options
 @click.option("--detach", is_flag=True, help="Dispatch and return; 'evalfarm wait RUN' attaches later.")

@@ -1,12 +1,13 @@
 """CLI commands for providers: mock-provider, rubric, selftest."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 import click
 
-from ..errors import EvalfarmError, UsageError
+from ..errors import EvalfarmError, SpecError, UsageError
 
 
 @click.command("mock-provider")
@@ -47,6 +48,13 @@ def mock_provider(host: str, port: int, latency_ms: float, error_rate: float, ra
     serve(host, port, provider)
 
 
+def looks_like_a_path(value: str) -> bool:
+    """``--spec`` takes a file or the text itself: one word with a separator or a file extension
+    (``specs/new.md``, ``nosuchfile.txt``) is meant as a file, so a typo is an error, not a rubric
+    about the file's name."""
+    return not any(c.isspace() for c in value) and ("/" in value or re.search(r"\.[A-Za-z][A-Za-z0-9]{0,4}$", value) is not None)
+
+
 @click.command()
 @click.option("--spec", "spec_arg", required=True, metavar="FILE|TEXT",
               help="The specification of the new case: a file path or the text itself.")
@@ -73,10 +81,16 @@ def rubric(spec_arg: str, case_id: str | None, case_input: str | None, tags: tup
     from ..spec.cases import dump_case
 
     path = Path(spec_arg)
-    try:
-        text = path.read_text(encoding="utf-8") if len(spec_arg) < 4096 and path.is_file() else spec_arg
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--spec {spec_arg}: cannot read: {exc}") from None
+    if len(spec_arg) < 4096 and (path.exists() or looks_like_a_path(spec_arg)):
+        from ..spec.sourcemap import read_text
+
+        try:
+            text = read_text(path)  # a missing, unreadable, device or huge file: one line naming it
+        except SpecError as exc:
+            raise UsageError(f"--spec {spec_arg}: {exc.message}; give an existing file, or the specification's "
+                             "text itself") from None
+    else:
+        text = spec_arg
     if not text.strip():
         raise UsageError("--spec: the specification is empty")
     if not base_url:

@@ -45,7 +45,9 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
         use_cache: bool, **ci) -> None:
     """Validate SPEC (or --dataset cases with --model), run every item, aggregate, apply thresholds."""
     from ..ci.artifacts import check_state_dir, check_writable
-    from ..ci.registry import Registry, check_prompt_unchanged
+    from ..ci.pipeline import baseline_for
+    from ..ci.registry import Registry, check_baseline_name, check_prompt_unchanged
+    from ..names import baseline_name_problem
     from ..orchestrator import Orchestrator
     from ..spec.binding import bind_environment
     from ..spec.load import open_spec, spec_from_cases
@@ -76,6 +78,14 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
             check_writable(Path(path), flag)
     if ci.get("promote") and no_save:
         raise UsageError("--promote needs the run saved under the state dir; drop --no-save")
+    if ci.get("promote"):
+        if ci.get("baseline") is not None:
+            check_baseline_name(ci["baseline"], "--baseline")
+        elif baseline_name_problem(spec.name):
+            raise UsageError(f"--promote: the spec name {spec.name!r} cannot name a baseline "
+                             f"({baseline_name_problem(spec.name)}); pass --baseline NAME")
+    elif ci.get("baseline") is not None:
+        baseline_for(ci["baseline"], None, state_dir)  # an unknown --baseline stops here, not after the spend
     if not no_save:
         check_state_dir(state_dir)
         if (state_dir / "registry.db").exists():

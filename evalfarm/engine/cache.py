@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..canonical import content_key
+from ..perms import file_mode, make_dir
 from ..spec.models import PromptSpec
 
 CACHE_VERSION = 1
@@ -36,9 +38,12 @@ class SqliteCache:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_dir(self.path.parent)
+        new = not self.path.exists()
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+        if new:  # SQLite would make it 0666 under umask 000
+            os.chmod(self.path, file_mode())
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         self._db.commit()

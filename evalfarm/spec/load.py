@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import SpecError
+from ..names import label_problem, printable
 from .cases import load_cases
 from .dataset import check_duplicates, is_case_yaml, iter_jsonl, load_any
 from .models import AdapterSpec, EvalSpec, JudgeSpec
@@ -127,7 +128,13 @@ def spec_from_cases(paths: list[Path], model: str, judge_model: str | None = Non
     if not prompts:
         raise SpecError("no cases in " + ", ".join(str(p) for p in paths) + "; add at least one case with "
                         "id and input", path=str(paths[0]) if paths else None)
-    judge = JudgeSpec(model=judge_model or model) if any(p.criteria for p in prompts) else None
-    spec = EvalSpec(name=name or "+".join(p.stem for p in paths), adapters=[AdapterSpec(id=model, model=model)],
-                    prompts=list(prompts), judge=judge)
+    if name is None:  # named after the files, shown escaped if a file name holds a control character
+        name = printable("+".join(p.stem for p in paths)).strip()[:200]
+        name = "cases" if label_problem(name) else name
+    try:
+        judge = JudgeSpec(model=judge_model or model) if any(p.criteria for p in prompts) else None
+        spec = EvalSpec(name=name, adapters=[AdapterSpec(id=model, model=model)], prompts=list(prompts), judge=judge)
+    except ValidationError as exc:  # --model / --judge-model values
+        err = exc.errors()[0]
+        raise SpecError(f"--model/--judge-model: {err['msg'].removeprefix('Value error, ')}") from None
     return SpecFile(spec, PromptSource(inline=prompts, count=len(prompts)))

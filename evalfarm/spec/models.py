@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
+from ..names import label_problem
+
 
 def check_regex(value: str | None) -> str | None:
     if value is not None:
@@ -314,6 +316,16 @@ class EvalSpec(_Model):
     def _dump(self, handler: Any) -> Any:
         return _drop_unset(handler(self), ("workspace",))
 
+    @field_validator("name", "lineage_tag")
+    @classmethod
+    def _label(cls, value: str | None) -> str | None:
+        """Names are printed in tab-separated rows (``ls``, ``status``): no tab, newline or control
+        character, nothing around them."""
+        problem = None if value is None else label_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
     @field_validator("adapters")
     @classmethod
     def _unique_adapters(cls, value: list) -> list:
@@ -322,6 +334,8 @@ class EvalSpec(_Model):
             adapter = entry if isinstance(entry, str) else entry.id
             if not adapter.strip():
                 raise ValueError("adapter id must not be empty")
+            if label_problem(adapter):
+                raise ValueError(f"adapter id {adapter!r} {label_problem(adapter)}")
             if adapter in seen:
                 raise ValueError(f"duplicate adapter id {adapter!r}")
             seen.add(adapter)
