@@ -34,10 +34,16 @@ class Outcome:
     attempts: int | None = None
     cached: bool = False  # served by the response cache: tokens of the original call, cost 0
     error: dict[str, Any] | None = None
+    # why this item's call was never sent ("budget": the run's spend reached its budget first); a
+    # skipped item is neither measured nor errored, and stays out of the report's figures
+    skipped: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # shallow: dataclasses.asdict deep-copies every field and was 11% of an embedded run
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        if out["skipped"] is None:  # reports of runs that skip nothing keep their shape
+            del out["skipped"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Outcome":

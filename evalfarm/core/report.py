@@ -57,12 +57,16 @@ class RunReport:
     items_planned: int = 0
     items_done: int = 0
     stopped: str | None = None  # "interrupted" (Ctrl-C), "budget", "cancelled": a partial report
+    budget: dict[str, Any] | None = None  # limit_usd, spent_usd, items_left (runs with a budget)
     schema: str = SCHEMA
     outcomes: list[dict[str, Any]] = field(default_factory=list)
     prompts: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        if out["budget"] is None:  # only runs with a budget carry the section
+            del out["budget"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunReport":
@@ -83,10 +87,17 @@ class ReportBuilder:
         self.errors = ErrorExamples(spec)
         self.failed: list[dict[str, Any]] = []
         self.count = 0
+        self.skipped = 0  # items whose call was never sent (the budget ran out): not in the figures
+        self.spend = 0.0  # model + judge cost of every stored item, skipped ones included
 
-    def add(self, raw: str) -> str:
-        """Aggregate one stored outcome; returns its line in the report file."""
+    def add(self, raw: str) -> str | None:
+        """Aggregate one stored outcome; returns its line in the report file (None for a skipped item,
+        which the report counts as left, not as an outcome)."""
         o = json.loads(raw)
+        self.spend += (o.get("cost_usd") or 0.0) + (o.get("judge_cost_usd") or 0.0)
+        if o.get("skipped"):
+            self.skipped += 1
+            return None
         self.agg.add(o)
         self.errors.add(o)
         if len(self.failed) < FAILED_SAMPLE and (o.get("error") or item_passed(o) is False):
@@ -96,7 +107,10 @@ class ReportBuilder:
 
     def head(self, **run: Any) -> dict[str, Any]:
         """The report without its outcomes. ``run``: run_id, spec_hash, mode, started_at,
-        finished_at, duration_s, items_planned and stopped."""
+        finished_at, duration_s, items_planned and stopped; with a budget, budget_usd and
+        spent_usd (the run's spend counter, when the backend keeps one)."""
+        if self.skipped and not run.get("stopped"):
+            run["stopped"] = "budget"
         per_adapter = self.agg.figures()
         for adapter, fig in per_adapter.items():
             fig["error_examples"] = self.errors.of(adapter)
@@ -112,7 +126,15 @@ class ReportBuilder:
             "cost": run_cost(per_adapter), "started_at": run["started_at"], "finished_at": run["finished_at"],
             "duration_s": round(run["duration_s"], 3), "items_planned": run["items_planned"],
             "items_done": self.count, "stopped": run.get("stopped"),
+            **({"budget": self.budget(run)} if run.get("budget_usd") is not None else {}),
         }
+
+    def budget(self, run: dict[str, Any]) -> dict[str, Any]:
+        """The budget, what was spent against it (model + judge, items never sent excluded) and the
+        items left unsent."""
+        spent = run.get("spent_usd")
+        return {"limit_usd": run["budget_usd"], "spent_usd": round(self.spend if spent is None else spent, 8),
+                "items_left": run["items_planned"] - self.count}
 
 
 def head_bytes(head: dict[str, Any]) -> bytes:
@@ -152,7 +174,7 @@ def build_report(*, run_id: str, spec: EvalSpec, spec_hash: str, mode: str, tria
                  duration_s: float, items_planned: int | None = None, stopped: str | None = None) -> RunReport:
     """A report from outcome dicts in memory (tests, small tools): the same builder as the backends."""
     builder = ReportBuilder(spec, trials)
-    kept = [json.loads(builder.add(json.dumps(o))) for o in outcomes]
+    kept = [json.loads(line) for line in (builder.add(json.dumps(o)) for o in outcomes) if line is not None]
     head = builder.head(run_id=run_id, spec_hash=spec_hash, mode=mode, started_at=started_at,
                         finished_at=finished_at, duration_s=duration_s,
                         items_planned=len(kept) if items_planned is None else items_planned, stopped=stopped)
@@ -261,7 +283,11 @@ def render_markdown(report: dict[str, Any], failed: list[dict[str, Any]] | None 
         verdict += " (every item errored)"
     if report.get("stopped"):
         verdict += f": {report.get('items_done')} of {report.get('items_planned')} items measured"
-    lines += [f"- result: **{verdict}**", "",
+    lines += [f"- result: **{verdict}**"]
+    if report.get("budget"):
+        b = report["budget"]
+        lines.append(f"- budget: ${b['limit_usd']:g}; spent ${b['spent_usd']:.6f}; items never sent: {b['items_left']}")
+    lines += ["",
               "| adapter | prompts | items | errors | golden pass rate | judge mean | overall | p50 ms | p95 ms "
               "| tokens in | tokens out | cost $ | judge tokens | judge $ |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

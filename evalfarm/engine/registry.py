@@ -28,6 +28,7 @@ Factory = Callable[[Any], Any]
 _BUILTIN_ADAPTERS: dict[str, str] = {
     "mock": "evalfarm.engine.adapters:MockAdapter",
     "openai": "evalfarm.providers.openai:OpenAIAdapter",
+    "stored": "evalfarm.engine.stored:StoredAdapter",  # a re-scoring run's stand-in: never called
 }
 _BUILTIN_JUDGES: dict[str, str] = {
     "mock": "evalfarm.engine.judges:MockJudge",
