@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Protocol
@@ -27,6 +26,7 @@ CHARS_PER_TOKEN = 4  # a tokenizer-free estimate: English text averages ~4 chara
 DEFAULT_OUTPUT_TOKENS = 512  # a reply's tokens when the adapter sets no max_tokens
 DEFAULT_JUDGE_OUTPUT_TOKENS = 256  # a verdict's tokens when the judge sets no max_tokens
 FREE_ADAPTERS = ("mock",)  # built-ins that never bill
+NUSD = 1_000_000_000  # spend is counted in integer nano-dollars (exact sums)
 SKIPPED_BUDGET = "budget"  # Outcome.skipped: the budget was reached before this item's call was sent
 
 
@@ -46,22 +46,19 @@ class SpendGuard(Protocol):
 
 
 class LocalSpend:
-    """The spend counter of a run in this process (the in-process backend)."""
+    """The spend counter of a run in this process (the in-process backend), in nano-dollars like the
+    farm's: a sum of floats could stop one call late (20 x 0.2 < 4.0)."""
 
     def __init__(self, limit_usd: float) -> None:
         self.limit_usd = float(limit_usd)
-        self.spent_usd = 0.0
-        self.crossed_at: float | None = None  # time.time() when the spend reached the budget
+        self.limit_nusd = int(round(self.limit_usd * NUSD))
+        self.spent_nusd = 0
 
     async def exhausted(self) -> bool:
-        return self.spent_usd >= self.limit_usd
+        return self.spent_nusd >= self.limit_nusd
 
     async def charge(self, usd: float) -> None:
-        if usd > 0:
-            before = self.spent_usd
-            self.spent_usd += usd
-            if before < self.limit_usd <= self.spent_usd:
-                self.crossed_at = time.time()
+        self.spent_nusd += max(0, int(round(usd * NUSD)))
 
 
 _GUARD: ContextVar[SpendGuard | None] = ContextVar("evalfarm_spend_guard", default=None)
