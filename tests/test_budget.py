@@ -179,3 +179,23 @@ def test_an_exhausted_quota_pauses_the_endpoint_for_the_whole_fleet(tmp_path, pr
     assert any(x.startswith("evalfarm: quota exhausted") for x in res.stderr.splitlines())
     print(f"\nfarm quota: 120 items, 2 workers; the server answered 10, then {stats['statuses']['429']} x 429 "
           f"insufficient_quota; {stats['requests']} requests in all")
+
+
+def test_ab_has_the_same_budget(tmp_path):
+    """`ab --max-cost`: the estimate (the synthetic executor's price) refuses a budget it exceeds; forced,
+    the arms stop at the budget and no comparison is made from a partial run."""
+    from conftest import EXAMPLES
+
+    args = ["ab", "--suite", str(EXAMPLES / "ab" / "suite.yaml"), "--arm-a", "balanced", "--arm-b", "terse",
+            "--trials", "2"]
+    refused = run_cli(*args, "--max-cost", "0.05", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    [error] = [line for line in refused.stderr.splitlines() if "error:" in line]
+    assert "exceeds the budget $0.05 (--max-cost)" in error and not (tmp_path / ".evalfarm").exists()
+    stopped = run_cli(*args, "--max-cost", "0.0005", "--force", cwd=tmp_path)
+    assert stopped.returncode == 1, stopped.stderr
+    [error] = [line for line in stopped.stderr.splitlines() if "error:" in line]
+    assert "stopped at the budget" in error and "no comparison was made" in error
+    assert not list((tmp_path / ".evalfarm").rglob("*.json"))  # no artifact
+    ok = run_cli(*args, "--max-cost", "5", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr

@@ -36,7 +36,8 @@ def _farm_runner(broker: str | None, timeout_s: float | None, quiet: bool, max_c
         from .console import LiveProgress
         from .overnight import BudgetStopped, check_budget, stopped_line
 
-        budget = check_budget(spec, spec.prompts, trials, max_cost, force, prices)  # before anything is sent
+        # before anything is sent; only with a budget (the synthetic executor's price is a model's, not a bill)
+        budget = check_budget(spec, spec.prompts, trials, max_cost, force, prices, priced_only=False)
 
         if broker is None:
             from ..backends.inprocess import InProcessBackend

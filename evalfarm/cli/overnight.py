@@ -33,13 +33,16 @@ def budget_options(f: Callable) -> Callable:
 
 
 def check_budget(spec: Any, prompts: Iterable[Any], trials: int | None, max_cost: float | None, force: bool,
-                 prices: Mapping[str, Any] | None = None) -> float | None:
-    """Estimate the run before anything is sent and print it; refuse (exit 2) a run its budget cannot
-    cover unless ``force``. Returns the budget (``--max-cost``, else the spec's ``budget_usd``)."""
+                 prices: Mapping[str, Any] | None = None, priced_only: bool = True) -> float | None:
+    """Estimate the run before anything is sent and print it (with a budget, or when ``priced_only``
+    and something in the run has a price); refuse (exit 2) a run its budget cannot cover unless
+    ``force``. Returns the budget (``--max-cost``, else the spec's ``budget_usd``)."""
     from ..engine.budget import budget_problem, estimate
 
     budget = max_cost if max_cost is not None else getattr(spec, "budget_usd", None)
     flag = "--max-cost" if max_cost is not None else "budget_usd"
+    if budget is None and not priced_only:
+        return None
     est = estimate(spec, prompts, trials, prices)
     if budget is not None or est.total_usd > 0:
         click.echo(f"evalfarm: {est.line()}" + (f"; budget ${budget:g} ({flag})" if budget is not None else ""),
