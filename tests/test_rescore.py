@@ -153,6 +153,8 @@ def test_rescore_refuses_what_it_cannot_score(tmp_path, provider):
         "partial.json": ({**report, "stopped": "budget", "items_done": 3}, "partial (stopped: budget"),
         "old.json": ({k: v for k, v in report.items() if k != "prompts"}, "it has no prompts section"),
         "short.json": ({**report, "outcomes": report["outcomes"][:-1]}, "1 planned item(s) have no stored outcome"),
+        "tokens.json": ({**report, "outcomes": [{**report["outcomes"][0], "input_tokens": "many"}]
+                         + report["outcomes"][1:]}, "outcomes[0].input_tokens: expected a whole number >= 0"),
     }
     before = len(server.stats_requests())
     for name, (data, message) in cases.items():

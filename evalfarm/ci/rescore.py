@@ -72,11 +72,37 @@ def _outcomes(report: dict[str, Any], path: Path, prompt_ids: set[str], adapters
             raise _bad(path, f"outcomes[{i}] ({'/'.join(map(str, case))}) is not in the run's plan")
         if case in out:
             raise _bad(path, f"outcomes[{i}]: a second result for {'/'.join(map(str, case))}")
+        problem = _stored_problem(o)
+        if problem:
+            raise _bad(path, f"outcomes[{i}].{problem}")
         out[case] = o
     missing = len(prompt_ids) * len(adapters) * trials - len(out)
     if missing:
         raise _bad(path, f"{missing} planned item(s) have no stored outcome")
     return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _stored_problem(o: dict[str, Any]) -> str | None:
+    """What a re-scoring reads of a stored outcome, checked (the report is untrusted input)."""
+    for key in ("input_tokens", "output_tokens"):
+        v = o.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            return f"{key}: expected a whole number >= 0"
+    for key in ("latency_ms", "wait_ms"):
+        if o.get(key) is not None and not _is_number(o[key]):
+            return f"{key}: expected a number or null"
+    for key in ("finish_reason", "attempts"):
+        v = o.get(key)
+        if v is not None and not isinstance(v, str if key == "finish_reason" else int):
+            return f"{key}: expected {'a string' if key == 'finish_reason' else 'a whole number'} or null"
+    stage = (o.get("error") or {}).get("stage")
+    if stage is not None and not isinstance(stage, str):
+        return "error.stage: expected a string"
+    return None
 
 
 def _new_scoring(prompts: list[PromptSpec], spec_path: Path) -> tuple[EvalSpec, list[PromptSpec], list[str]]:
