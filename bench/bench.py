@@ -63,9 +63,12 @@ class Redis:
         self.proc.wait(10)
 
 
-def start_worker(args: list[str], env: dict[str, str], ready: bytes = b"ready.") -> subprocess.Popen:
+def start_worker(args: list[str], env: dict[str, str], ready: bytes = b"ready.",
+                 cwd: Path | None = None) -> subprocess.Popen:
+    """``cwd``: `python -m` puts the working directory first on sys.path, so a worker of another
+    checkout must not start in this one."""
     log = tempfile.NamedTemporaryFile(prefix="bench-worker-", suffix=".log", delete=False)
-    proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd)
     deadline = time.time() + 60
     while time.time() < deadline:
         if ready in Path(log.name).read_bytes():
@@ -86,7 +89,7 @@ def stop_worker(proc: subprocess.Popen) -> None:
 
 
 def mock_spec(tmp: Path, n_items: int, adapters: list[str] | None = None):
-    from evalfarm import load_spec
+    from evalfarm import open_spec
     adapters = adapters or ["mock"]
     n_prompts = n_items // len(adapters)
     with open(tmp / "bench.jsonl", "w") as fh:
@@ -94,19 +97,27 @@ def mock_spec(tmp: Path, n_items: int, adapters: list[str] | None = None):
             fh.write(json.dumps({"id": f"p{i:06d}", "text": f"prompt number {i}",
                                  "expected_output_contains": [str(i)]}) + "\n")
     (tmp / "bench.yaml").write_text(f"name: bench\ndataset: bench.jsonl\nadapters: {json.dumps(adapters)}\n")
-    return load_spec(tmp / "bench.yaml")
+    return open_spec(tmp / "bench.yaml")
 
 
-def farm_run(spec, broker: str | None) -> tuple[float, int]:
-    from evalfarm.farm.coordinator import Coordinator
-    from evalfarm.farm.settings import FarmSettings
-    coord = Coordinator(FarmSettings.from_env(broker_url=broker))
+def farm_run(spec_file, broker: str | None) -> tuple[float, int]:
+    """One run through the orchestrator in this process (in-process backend, or the farm's coordinator)."""
+    from evalfarm.orchestrator import Orchestrator
+    from evalfarm.spec.binding import bind_environment
+    if broker is None:
+        from evalfarm.backends.inprocess import InProcessBackend
+        backend = InProcessBackend()
+    else:
+        from evalfarm.backends.celery.coordinator import CeleryBackend
+        from evalfarm.backends.celery.settings import FarmSettings
+        backend = CeleryBackend(FarmSettings.from_env(broker_url=broker))
+    orchestrator = Orchestrator(backend)
     t0 = time.perf_counter()
-    run_id, raw = coord.run(spec, timeout_s=600)
+    plan = orchestrator.submit(bind_environment(spec_file.spec), spec_file.source)
+    orchestrator.wait(plan.run_id, timeout_s=600)
     elapsed = time.perf_counter() - t0
-    report = json.loads(raw)
-    items = sum(f["items"] for f in report["per_adapter"].values())
-    return elapsed, items
+    head = json.loads(backend.store.get_blob(plan.run_id, "summary"))
+    return elapsed, sum(f["items"] for f in head["per_adapter"].values())
 
 
 def bare_chord(redis_url: str, n: int, env: dict[str, str]) -> float:
@@ -171,13 +182,13 @@ def start_provider(latency_ms: int, env: dict[str, str]) -> tuple[subprocess.Pop
 
 
 def provider_spec(tmp: Path, n: int, base_url: str):
-    from evalfarm import load_spec
+    from evalfarm import open_spec
     with open(tmp / "cases.jsonl", "w") as fh:
         for i in range(n):
             fh.write(json.dumps({"id": f"c{i:05d}", "text": f"case {i} says hello", "expected_output_contains": ["hello"]}) + "\n")
     (tmp / "prov.yaml").write_text(f"name: prov\ndataset: cases.jsonl\nadapters:\n"
                                    f"  - {{id: m, model: m, base_url: '{base_url}'}}\n")
-    return load_spec(tmp / "prov.yaml")
+    return open_spec(tmp / "prov.yaml")
 
 
 def providers(redis: Redis, tmp: Path, n: int, env: dict[str, str], in_flight: int = 64) -> list[dict]:
@@ -271,16 +282,21 @@ def main() -> None:
     parser.add_argument("--farm-items", type=int, default=100_000)
     parser.add_argument("--chord-items", type=int, default=10_000,
                         help="size of the bare-chord reference in the farm section")
-    parser.add_argument("--only", choices=["foundation", "providers", "farm", "scaling"], action="append",
+    parser.add_argument("--only", choices=["whole", "foundation", "providers", "farm", "scaling"], action="append",
                         help="run only these sections (default: all)")
+    parser.add_argument("--before", type=Path, help="a checkout of an earlier commit (with its own .venv): the "
+                                                     "whole-process section times it too, side by side")
     args = parser.parse_args()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         redis = Redis(tmp)
         try:
-            sections = args.only or ["foundation", "providers", "farm", "scaling"]
+            sections = args.only or ["whole", "foundation", "providers", "farm", "scaling"]
             results = {}
+            if "whole" in sections:
+                from bench import whole
+                results["whole"] = whole.run(tmp, env, start_provider, start_worker, stop_worker, redis, args.before)
             if "foundation" in sections:
                 results["foundation"] = foundation(redis, tmp, args.items, env)
             if "providers" in sections:

@@ -78,10 +78,11 @@ def env_for(broker: str | None = None, **extra: str) -> dict[str, str]:
 
 
 class Worker:
-    def __init__(self, broker: str, tmp: Path, pool: str = "all", concurrency: int = 4, **env: str) -> None:
+    def __init__(self, broker: str, tmp: Path, pool: str = "all", concurrency: int = 4,
+                 extra_args: list[str] | None = None, **env: str) -> None:
         self.log = tmp / f"worker-{time.monotonic_ns()}.log"
         self.proc = subprocess.Popen([*EVALFARM, "worker", "--pool", pool, "-c", str(concurrency),
-                                      "--loglevel", "INFO"],
+                                      "--loglevel", "INFO", *(extra_args or [])],
                                      env=env_for(broker, **env), stdout=open(self.log, "wb"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + 30

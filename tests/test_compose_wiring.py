@@ -59,7 +59,7 @@ def start_compose(tmp_path, shell_env: dict[str, str]):
         env = {k: interpolate(v, shell_env).replace("@redis:6379/", f"@127.0.0.1:{port}/")
                for k, v in svc["environment"].items()}
         logs[name] = tmp_path / f"{name}.log"
-        procs.append(subprocess.Popen([*EVALFARM, *svc["command"], "--loglevel", "INFO"],
+        procs.append(subprocess.Popen([*EVALFARM, *own_metrics_port(svc["command"]), "--loglevel", "INFO"],
                                       env=env_for(None, **env), stdout=open(logs[name], "wb"),
                                       stderr=subprocess.STDOUT, start_new_session=True))
     deadline = time.time() + 60
@@ -68,6 +68,14 @@ def start_compose(tmp_path, shell_env: dict[str, str]):
             assert time.time() < deadline, f"{name} not ready: {log.read_text()[-2000:]}"
             time.sleep(0.1)
     return port, procs, logs
+
+
+def own_metrics_port(cmd: list[str]) -> list[str]:
+    """Each container has its own network: on this one host every worker needs its own metrics port."""
+    cmd = list(cmd)
+    if "--metrics-port" in cmd:
+        cmd[cmd.index("--metrics-port") + 1] = str(free_port())
+    return cmd
 
 
 def stop_all(procs: list[subprocess.Popen]) -> list[int | None]:

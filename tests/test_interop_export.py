@@ -140,7 +140,11 @@ def test_one_log_per_adapter_by_run_id_and_adapter_choice(run, tmp_path):
     logs = [read_eval_log(str(f)) for f in files]
     assert [lg.eval.model for lg in logs] == ["large", "small"]  # without --spec: the adapter ids
     assert all(len(lg.samples) == 10 for lg in logs)
-    assert "not stored in the evalfarm report" in logs[0].samples[0].input
+    # without --spec the inputs come from the report's prompts section (each prompt as it was sent)
+    sent = {p["id"]: p["text"] for p in report["prompts"]}
+    for sample in logs[0].samples:
+        text = sample.input if isinstance(sample.input, str) else sample.input[-1].content
+        assert text == sent[sample.id], sample.id
 
     to_file = tmp_path / "one.json"
     ambiguous = run_cli("export", "inspect", report["run_id"], "--state-dir", str(state), "-o", str(to_file))

@@ -87,7 +87,9 @@ def test_k8s_manifests_wire_redis_workers_and_keda_triggers(tmp_path):
             container = dep["spec"]["template"]["spec"]["containers"][0]
             env = {k: v.replace(svc_host, f"@127.0.0.1:{port}/") for k, v in resolve_env(container, objects).items()}
             logs[pool] = tmp_path / f"{pool}.log"
-            workers[pool] = subprocess.Popen([*EVALFARM, *container["args"], "--loglevel", "INFO"],
+            args = list(container["args"])  # each pod has its own network; here one host: one port each
+            args[args.index("--metrics-port") + 1] = str(free_port())
+            workers[pool] = subprocess.Popen([*EVALFARM, *args, "--loglevel", "INFO"],
                                              env=env_for(None, **env), stdout=open(logs[pool], "wb"),
                                              stderr=subprocess.STDOUT, start_new_session=True)
             deadline = time.time() + 60

@@ -61,9 +61,14 @@ def still_running(run_id: str) -> None:
               help="Tasks this worker runs at once (threads sharing one event loop); default: the pool's.")
 @broker_option
 @click.option("--loglevel", default="WARNING", show_default=True)
-def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str) -> None:
-    """Start a worker consuming one pool's queues."""
+@click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="N",
+              help="Serve Prometheus metrics on this port (/metrics): items, latency, in flight, retries, 429 "
+                   "pauses, spend, queue depth.")
+def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str, metrics_port: int | None) -> None:
+    """Start a worker consuming one pool's queues; it announces itself (a heartbeat key the dashboard reads)."""
     import os
+
+    from ..dashboard import heartbeat  # noqa: F401  (connects the worker's heartbeat to Celery's signals)
 
     from ..backends.celery.pools import POOLS
     from ..backends.celery.settings import FarmSettings
@@ -75,6 +80,16 @@ def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str
     spec = POOLS[pool]
     limit = float(os.environ.get("EVALFARM_TASK_TIME_LIMIT") or spec.soft_time_limit)
     settings = FarmSettings.from_env(broker_url=broker, time_limit_s=limit)
+    if metrics_port is not None:
+        from ..dashboard import metrics
+        from ..engine import observe
+
+        try:
+            metrics.start_metrics_server(metrics_port)
+        except OSError as exc:
+            raise EvalfarmError(f"--metrics-port {metrics_port}: cannot listen ({exc.strerror}); pick another port")
+        observe.install(metrics.PrometheusObserver())
+        metrics.sample_queues(settings.broker_url, {spec.name: spec.queues})
     app = worker_app(settings, pool=spec)
     app.worker_main(["worker", "-Q", ",".join(spec.queues), "-P", "threads",
                      "-c", str(concurrency or spec.concurrency), "--loglevel", loglevel,

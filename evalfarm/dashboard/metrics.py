@@ -124,3 +124,45 @@ def start_metrics_server(port: int, addr: str = "0.0.0.0"):
     """Serve /metrics on ``addr:port`` in a daemon thread (``evalfarm worker --metrics-port N``).
     All interfaces by default: Prometheus scrapes a pod by its IP. Returns (server, thread)."""
     return start_http_server(port, addr=addr, registry=REGISTRY)
+
+
+class PrometheusObserver:
+    """The engine's observer (``evalfarm.engine.observe``) feeding this module's metrics."""
+
+    def outcome(self, outcome: dict[str, Any]) -> None:
+        record_outcome(outcome)
+
+    def call(self, adapter: str, seconds: float) -> None:
+        observe_call(adapter, seconds)
+
+    def in_flight(self, adapter: str, delta: int) -> None:
+        IN_FLIGHT.labels(_label(adapter)).inc(delta)
+
+    def retry(self, adapter: str) -> None:
+        record_retry(adapter)
+
+    def pause(self, endpoint: str, seconds: float) -> None:
+        record_pause(endpoint, seconds)
+
+
+def sample_queues(redis_url: str, pools: dict[str, tuple[str, ...]], interval_s: float = 5.0):
+    """A daemon thread setting evalfarm_queue_depth{pool} from the broker's lists every ``interval_s``."""
+    import threading
+    import time
+
+    from .data import redis_client
+
+    client = redis_client(redis_url)
+
+    def loop() -> None:
+        while True:
+            try:
+                for pool, queues in pools.items():
+                    set_queue_depth(pool, sum(int(client.llen(q)) for q in queues))
+            except Exception:  # noqa: BLE001 - the broker away for a moment: the next sample retries
+                pass
+            time.sleep(interval_s)
+
+    thread = threading.Thread(target=loop, name="evalfarm-queue-depth", daemon=True)
+    thread.start()
+    return thread

@@ -23,6 +23,7 @@ from .adapters import Adapter, Completion
 from .budget import SKIPPED_BUDGET, BudgetExhausted, SpendGuard, guarding
 from .cache import ResponseCache, request_key
 from .judges import Judge, clamp01
+from .observe import active, calling, outcome as observe_outcome
 
 T = TypeVar("T")
 
@@ -79,7 +80,7 @@ class Engine:
             out.skipped = SKIPPED_BUDGET
             return out
         try:
-            with guarding(self.budget):
+            with guarding(self.budget), calling(item.adapter, time.perf_counter):
                 completion, out.cached = await self._complete(item, self.adapters[item.adapter])
         except InfrastructureError:
             raise
@@ -136,21 +137,28 @@ class Engine:
                 t_in, t_out, cost = getattr(exc, "tokens", (0, 0, 0.0))
                 out.judge_input_tokens, out.judge_output_tokens, out.judge_cost_usd = t_in, t_out, cost
                 await self._charge(cost)
-                return decide(out, self.pass_score)
+                return self.decide(out)
             await self._charge(result.cost_usd)
             out.judge_score = clamp01(result.score)
             out.judge_criteria = result.criteria or None
             out.judge_reason = result.reason or None
             out.judge_input_tokens, out.judge_output_tokens = result.input_tokens, result.output_tokens
             out.judge_cost_usd = result.cost_usd
-        return decide(out, self.pass_score)
+        return self.decide(out)
 
     async def run(self, item: Item) -> Outcome:
         """Both stages, for the in-process backend."""
         return await self.judge(item, await self.call(item))
 
     def decide(self, out: Outcome) -> Outcome:
-        return out if out.skipped else decide(out, self.pass_score)
+        """The item's verdict; observers (worker metrics) see every finished item here. An item the
+        budget skipped has none (it was never sent)."""
+        if out.skipped:
+            return out
+        decide(out, self.pass_score)
+        if active():
+            observe_outcome(out.to_dict())
+        return out
 
     async def aclose(self) -> None:
         """Release what the adapters and the judge hold on the running loop (pooled connections)."""

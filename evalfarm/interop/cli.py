@@ -191,7 +191,7 @@ def export_inspect(run: str, output: Path, adapter: str | None, spec_path: Path 
     if len(chosen) > 1 and not to_dir:
         raise UsageError(f"the run has {len(chosen)} adapters ({', '.join(chosen)}): pass --adapter ID, or "
                          "-o an existing folder for one log per adapter")
-    prompts, specs = _from_spec(spec_path, report) if spec_path else (None, {})
+    prompts, specs = _from_spec(spec_path, report) if spec_path else (_from_report(report), {})
     try:
         ev_version = version("evalfarm")
     except PackageNotFoundError:
@@ -206,6 +206,17 @@ def export_inspect(run: str, output: Path, adapter: str | None, spec_path: Path 
         atomic_write(target, body)
         written.append(str(target))
     click.echo("\n".join(written))
+
+
+def _from_report(report: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """The inputs the report recorded (its ``prompts`` section: each prompt as sent); None for an
+    older report without one (then samples say the input was not stored)."""
+    recorded = report.get("prompts")
+    if not recorded:
+        return None
+    return {p["id"]: {"text": p.get("text", ""), "system": p.get("system"),
+                      "target": list(p.get("expected_output_contains") or []) or ""}
+            for p in recorded if isinstance(p, dict) and isinstance(p.get("id"), str)}
 
 
 def _from_spec(spec_path: Path, report: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, dict]]:

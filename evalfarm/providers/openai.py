@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import httpx
 
+from ..engine import observe
 from ..engine.adapters import Completion
 from ..engine.budget import before_send
 from ..engine.judges import LLMJudge
@@ -45,6 +46,11 @@ class Endpoint:
     @functools.cached_property
     def parsed_url(self) -> httpx.URL:
         return httpx.URL(self.url)
+
+    @property
+    def host(self) -> str:
+        """The endpoint without credentials or path, for metrics labels."""
+        return f"{self.parsed_url.host}:{self.parsed_url.port or ''}".rstrip(":")
 
 
 @dataclass
@@ -110,8 +116,9 @@ async def _post_once(ep: Endpoint, body: bytes) -> dict[str, Any]:
 
 
 async def chat(ep: Endpoint, messages: list[dict[str, str]], params: dict[str, Any] | None = None,
-               policy: RetryPolicy = RetryPolicy(), limiter: Limiter | None = None) -> ChatResult:
-    """One chat completion with retries, under the endpoint's fleet limits."""
+               policy: RetryPolicy = RetryPolicy(), limiter: Limiter | None = None, label: str = "") -> ChatResult:
+    """One chat completion with retries, under the endpoint's fleet limits (``label``: the adapter id, or
+    "judge", for metrics)."""
     body = json.dumps({"model": ep.model, "messages": messages, **ep.params, **(params or {})}).encode()
     limiter = limiter or limiter_for(ep.base_url, ep.api_key_env, ep.limits)
     eid = endpoint_id(ep.base_url, ep.api_key_env)
@@ -135,10 +142,12 @@ async def chat(ep: Endpoint, messages: list[dict[str, str]], params: dict[str, A
                     raise await exhausted_now(eid, ep.url, exc) from None
                 if exc.status == 429 and exc.retry_after is not None:
                     # a server asking for a day must not freeze the fleet for a day
-                    await limiter.pause(min(exc.retry_after, policy.max_retry_after_s))
+                    seconds = min(exc.retry_after, policy.max_retry_after_s)
+                    await limiter.pause(seconds)
+                    observe.pause(ep.host, seconds)
                 raise
 
-    data = await with_retries(once, policy)
+    data = await with_retries(once, policy, on_retry=lambda exc, delay: observe.retry(label or ep.model))
     try:
         choice = data["choices"][0]
         text = choice["message"].get("content") or ""
@@ -183,7 +192,7 @@ class OpenAIAdapter:
     async def complete(self, prompt: PromptSpec, trial: int) -> Completion:
         messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + \
                    [{"role": "user", "content": prompt.text}]
-        r = await chat(self.endpoint, messages)
+        r = await chat(self.endpoint, messages, label=self.id)
         return Completion(text=r.text, finish_reason=r.finish_reason, input_tokens=r.input_tokens,
                           output_tokens=r.output_tokens, cost_usd=r.cost_usd,
                           meta={"attempts": r.attempts, "call_ms": r.call_ms, "wait_ms": r.wait_ms})
@@ -197,4 +206,4 @@ def openai_judge(spec: JudgeSpec) -> LLMJudge:
     register_secret_env(spec.api_key_env)
     endpoint = Endpoint(spec.base_url, spec.model, spec.api_key_env, spec.timeout_s, spec.price, dict(spec.params),
                         Limits(spec.max_in_flight, spec.requests_per_minute))
-    return LLMJudge(spec, lambda messages: chat(endpoint, messages), kind="openai", aclose=close_current)
+    return LLMJudge(spec, lambda messages: chat(endpoint, messages, label="judge"), kind="openai", aclose=close_current)
