@@ -130,8 +130,8 @@ class ReportBuilder:
         }
 
     def budget(self, run: dict[str, Any]) -> dict[str, Any]:
-        """The budget, what was spent against it (model + judge, items never sent excluded) and the
-        items left unsent."""
+        """The budget, what was spent against it (model + judge: the backend's spend counter, else every
+        stored item's cost, a model answer whose judging the stop skipped included) and the items left."""
         spent = run.get("spent_usd")
         return {"limit_usd": run["budget_usd"], "spent_usd": round(self.spend if spent is None else spent, 8),
                 "items_left": run["items_planned"] - self.count}
