@@ -68,7 +68,7 @@ def test_a_run_over_its_budget_does_not_start_and_a_forced_one_stops_at_it(tmp_p
     assert report["budget"] == {"limit_usd": budget, "spent_usd": round(requests * ITEM_USD, 8),
                                 "items_left": 60 - requests}
     assert report["thresholds_passed"] is False
-    assert f"{60 - requests} of 60 items were never sent" in res.stderr and "stopped at the budget" in res.stderr
+    assert f"{60 - requests} of 60 items were not measured" in res.stderr and "stopped at the budget" in res.stderr
     print(f"\nin-process: estimate ${estimate:.2f}, budget ${budget:.2f}, requests at the server {requests} "
           f"of 60 items (the budget is reached at item {crossing}; 4 calls in flight)")
     gate = run_cli("gate", report["run_id"], "--state-dir", str(state))

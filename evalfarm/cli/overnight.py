@@ -64,7 +64,8 @@ def stopped_line(summary: dict[str, Any]) -> str | None:
     cost = summary.get("cost") or {}
     return (f"evalfarm: stopped at the budget: ${b['spent_usd']:.6f} spent of ${b['limit_usd']:g} (model "
             f"${cost.get('model_usd', 0):.6f}, judge ${cost.get('judge_usd', 0):.6f} on the items measured); "
-            f"{b['items_left']} of {summary.get('items_planned')} items were never sent; the partial report says "
+            f"{b['items_left']} of {summary.get('items_planned')} items were not measured (never sent, or their judge "
+            "call was not); the partial report says "
             "stopped: budget (diff, gate and baselines refuse it)")
 
 

@@ -286,7 +286,8 @@ def render_markdown(report: dict[str, Any], failed: list[dict[str, Any]] | None 
     lines += [f"- result: **{verdict}**"]
     if report.get("budget"):
         b = report["budget"]
-        lines.append(f"- budget: ${b['limit_usd']:g}; spent ${b['spent_usd']:.6f}; items never sent: {b['items_left']}")
+        lines.append(f"- budget: ${b['limit_usd']:g}; spent ${b['spent_usd']:.6f}; items not measured "
+                     f"(a call never sent): {b['items_left']}")
     lines += ["",
               "| adapter | prompts | items | errors | golden pass rate | judge mean | overall | p50 ms | p95 ms "
               "| tokens in | tokens out | cost $ | judge tokens | judge $ |",
