@@ -40,6 +40,8 @@ class Orchestrator:
                run_id: str | None = None) -> Plan:
         """Validate, plan and hand the plan to the backend (the in-process backend runs it now)."""
         engine = build_engine(spec, where, adapters=adapters, judge=judge, cache=cache, preflight=True)
+        if spec.budget_usd is not None and "budget_usd" not in (options or {}):  # the spec's budget_usd
+            options = {**(options or {}), "budget_usd": spec.budget_usd}
         plan = plan_run(spec, source, engine, trials, options, run_id)
         self.backend.start(plan, engine, on_progress)
         return plan

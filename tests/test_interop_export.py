@@ -220,7 +220,7 @@ def _tampered(report: dict, tmp: Path, name: str, change) -> Path:
     ("passed", lambda d: d["outcomes"][0].update(passed="yes"), "outcomes[0].passed: expected true, false or null"),
     ("output", lambda d: d["outcomes"][5].update(output=5), "outcomes[5].output: expected a string or null"),
     ("error", lambda d: d["outcomes"][1].update(error="boom"), "outcomes[1].error: expected null or an object"),
-    ("tokens", lambda d: d["outcomes"][2].update(input_tokens=-3), "outcomes[2].input_tokens: expected an integer"),
+    ("tokens", lambda d: d["outcomes"][2].update(input_tokens=-3), "outcomes[2].input_tokens: expected a whole number >= 0 or null"),
     ("checks", lambda d: d["outcomes"][2].update(checks=[{"kind": 1}]), "outcomes[2].checks[0].kind: expected a string or null"),
     ("outcomes", lambda d: d.update(outcomes={"a": 1}), "outcomes is not a list of items"),
     ("schema", lambda d: d.update(schema="other/1"), "schema is 'other/1'"),

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from ..logs import get_logger
 from ..core.report import ReportBuilder, head_bytes, render_markdown, section_lines
 from ..spec.models import EvalSpec
-from .store import RunStore, batched
+from .store import COST_SCALE, SPENT_FIELD, RunStore, batched
 
 log = get_logger("evalfarm.aggregate")
 RUN_TTL_S = 7 * 86400
@@ -28,6 +28,15 @@ def run_ttl_s() -> int:
 
 def spec_of(meta: dict) -> EvalSpec:
     return EvalSpec.model_validate(meta["spec"])
+
+
+def budget_of(store: RunStore, run_id: str, meta: dict) -> dict:
+    """The run's budget and, on the farm, its fleet-wide spend counter (every call of every worker)."""
+    budget = (meta.get("options") or {}).get("budget_usd")
+    if budget is None:
+        return {}
+    spent = store.counters(run_id).get(SPENT_FIELD)
+    return {"budget_usd": budget, "spent_usd": None if spent is None else spent / COST_SCALE}
 
 
 def finalize(store: RunStore, run_id: str, stopped: str | None = None) -> bool:
@@ -45,7 +54,8 @@ def finalize(store: RunStore, run_id: str, stopped: str | None = None) -> bool:
     store.clear_report(run_id)
     first = True
     for keys in batched(store.iter_item_keys(run_id), 1000):
-        lines = [builder.add(raw) for raw in store.get_results(run_id, keys) if raw is not None]
+        lines = [line for line in (builder.add(raw) for raw in store.get_results(run_id, keys) if raw is not None)
+                 if line is not None]
         if lines:
             store.append_report(run_id, section_lines(lines, first))
             first = False
@@ -58,7 +68,7 @@ def finalize(store: RunStore, run_id: str, stopped: str | None = None) -> bool:
     head = builder.head(run_id=run_id, spec_hash=meta.get("spec_hash") or "", mode=meta["mode"],
                         started_at=meta["started_at"], finished_at=finished.isoformat(timespec="milliseconds"),
                         duration_s=(finished - started).total_seconds(), items_planned=meta["total"],
-                        stopped=stopped)
+                        stopped=stopped, **budget_of(store, run_id, meta))
     store.put_blob(run_id, "summary", json.dumps(head).encode())
     store.put_blob(run_id, "markdown", render_markdown(head, builder.failed).encode())
     store.put_report_head(run_id, head_bytes(head))

@@ -17,6 +17,7 @@ import threading
 
 from ..core.outcome import Outcome
 from ..core.plan import store_rows
+from ..engine.budget import LocalSpend
 from ..engine.items import Engine
 from ..providers.limits import set_process_cap
 from .base import Plan, ProgressFn
@@ -37,6 +38,8 @@ class InProcessBackend:
     def start(self, plan: Plan, engine: Engine, on_progress: ProgressFn | None = None) -> None:
         meta = plan.meta(self.mode)
         self.store.create_run(plan.run_id, meta)
+        if plan.options.get("budget_usd") is not None:  # the run's spend counter, asked before every call
+            engine.budget = LocalSpend(plan.options["budget_usd"])
         set_process_cap(self.concurrency)
         try:
             if _loop_running():  # called from async code (a notebook): run on a loop of our own

@@ -24,6 +24,7 @@ from typing import Any, Iterable, Iterator
 from ..core.report import PROMPTS_OPEN, REPORT_CLOSE, SECTIONS
 
 COST_SCALE = 1_000_000_000  # cost counters are integer nano-dollars: INCRBY is exact, floats are not
+SPENT_FIELD = "spent_nusd"  # a budgeted farm run's spend counter (every call, as it returns) in its counters
 
 
 def cost_meta(outcome: dict[str, Any]) -> tuple[int, int]:

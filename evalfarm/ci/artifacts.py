@@ -136,8 +136,9 @@ def save_report(report: RunReport | dict[str, Any], state_dir: Path | str = DEFA
 
 
 def save_report_stream(summary: dict[str, Any], chunks: Iterable[bytes], state_dir: Path | str,
-                       markdown: bytes) -> tuple[Path, Path]:
-    """Like save_report, for a report too big to hold: its bytes arrive in chunks."""
+                       markdown: bytes, lineage: dict[str, Any] | None = None) -> tuple[Path, Path]:
+    """Like save_report, for a report too big to hold: its bytes arrive in chunks. ``lineage``: more
+    fields for the lineage stub (a re-scored run's ``source_run``)."""
     out = _checked_runs_dir(state_dir, summary.get("run_id"))
     json_path, md_path = out / f"{summary['run_id']}.json", out / f"{summary['run_id']}.md"
     if json_path.exists():
@@ -147,7 +148,7 @@ def save_report_stream(summary: dict[str, Any], chunks: Iterable[bytes], state_d
     try:
         atomic_write(md_path, markdown)
         stub = {"artefact_path": str(json_path.resolve()), "content_hash": "sha256:" + digest,
-                "lineage_tag": summary["lineage_tag"], "ts_ns": time.time_ns()}
+                "lineage_tag": summary["lineage_tag"], "ts_ns": time.time_ns(), **(lineage or {})}
         atomic_write(out / f"{summary['run_id']}.lineage.json", (json.dumps(stub, indent=2) + "\n").encode())
         os.replace(tmp_json, json_path)  # last: a run is listed only once all three exist
     finally:

@@ -110,25 +110,37 @@ def _drop(report: dict[str, Any], baseline: dict[str, Any] | None, max_drop: flo
     return Brake("drop", "pass", f"no adapter dropped more than {max_drop:g}", oks + notes)
 
 
-def _regressions(cases: dict[str, Any] | None, max_regressions: int) -> Brake:
+Flaky = dict[tuple[str, str], dict[str, int]]  # (adapter, case) -> {flips, runs}: ci.flaky.known_flaky
+
+
+def _regressions(cases: dict[str, Any] | None, max_regressions: int, flaky: Flaky | None = None,
+                 strict: bool = False) -> Brake:
+    """Known flaky cases (flake history) are reported apart and, unless ``strict``, not counted."""
     if cases is None:
         return Brake("regressions", "skipped", "no baseline to compare with")
     if not cases["measured"]:
         return Brake("regressions", "skipped", cases["note"] or "no case measured in both runs")
-    regressed = [f"{r.get('adapter_b', r['adapter'])}/{r['case']}" for r in cases["regressed"]]  # this run's names
-    n = len(regressed)
-    shown = regressed[:20] + ([f"... and {n - 20} more"] if n > 20 else [])
-    summary = (f"{n} case(s) passed in the baseline and fail now (max_regressions {max_regressions}); "
-               f"{cases['measured']} shared cases")
-    return Brake("regressions", "fail" if n > max_regressions else "pass", summary, shown)
+    regressed = [(r.get("adapter_b", r["adapter"]), r["case"]) for r in cases["regressed"]]  # this run's names
+    known = [c for c in regressed if flaky and c in flaky]
+    others = [f"{a}/{c}" for a, c in regressed if not (flaky and (a, c) in flaky)]
+    counted = len(regressed) if strict else len(others)
+    n = len(others)
+    shown = others[:20] + ([f"... and {n - 20} more"] if n > 20 else [])
+    shown += [f"{a}/{c}: regressed, flaky in {flaky[(a, c)]['flips']} of the last {flaky[(a, c)]['runs']} runs"
+              + (" (counted: --strict)" if strict else " (not counted; --strict counts it)") for a, c in known[:20]]
+    summary = (f"{len(regressed)} case(s) passed in the baseline and fail now"
+               + (f", {len(known)} of them known flaky" if known else "")
+               + f" (max_regressions {max_regressions}{', strict' if strict else ''}); {cases['measured']} shared cases")
+    return Brake("regressions", "fail" if counted > max_regressions else "pass", summary, shown)
 
 
 def evaluate(report: dict[str, Any], thresholds: Thresholds, baseline: dict[str, Any] | None = None,
-             baseline_name: str | None = None) -> GateResult:
-    """Apply the three brakes to ``report`` (a stored run) against ``baseline`` (another one)."""
+             baseline_name: str | None = None, flaky: Flaky | None = None, strict: bool = False) -> GateResult:
+    """Apply the three brakes to ``report`` (a stored run) against ``baseline`` (another one).
+    ``flaky``: the run's known flaky cases; ``strict`` counts them as regressions too."""
     cases = compare_cases(baseline, report) if baseline is not None else None
     brakes = [_floor(report, thresholds), _drop(report, baseline, thresholds.max_drop),
-              _regressions(cases, thresholds.max_regressions)]
+              _regressions(cases, thresholds.max_regressions, flaky, strict)]
     notes = []
     if baseline is not None and baseline.get("nothing_measured"):
         notes.append("the baseline itself measured nothing; it cannot anchor drop or regressions")

@@ -53,12 +53,14 @@ def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, 
     prompt = info.get("prompt")
     registry = Registry(state_dir) if json_path is not None or gate_on or name else None
     if json_path is not None:
-        registry.record(report, json_path, dataset_hash=info.get("dataset_hash"), prompt=prompt)
+        registry.record(report, json_path, dataset_hash=info.get("dataset_hash"), prompt=prompt,
+                        models=info.get("models"), source_run=info.get("source_run"))
     if prompt:
         echo_lines([f"prompt {prompt['name']}@{prompt['version']} ({prompt['hash'][:19]}, by {prompt['resolved_by']})"], err)
     if not (gate_on or promote or name or options.get("junit") or options.get("pr_summary")):
         return exit_code(report)
     from .diff import compare_cases, describe_cases
+    from .flaky import known_flaky
     from .gate import evaluate
     from .reports import pr_summary, write_junit, write_pr_summary
 
@@ -81,7 +83,8 @@ def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, 
                    *("  " + x for x in describe_cases(compare_cases(baseline, report)))], err)
     if gate_on or promote:
         thresholds = thresholds or Thresholds.model_validate(report["thresholds"])
-        result = evaluate(report, thresholds, baseline, base_name)
+        flaky = known_flaky(state_dir, report["run_id"]) if json_path is not None and baseline is not None else None
+        result = evaluate(report, thresholds, baseline, base_name, flaky, bool(options.get("strict")))
         if gate_on:
             echo_lines(result.lines(), err)
             if result.cases is not None:

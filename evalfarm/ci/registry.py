@@ -19,11 +19,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..core.verdict import NOTHING, PASSED, run_verdict
+from ..core.verdict import NOTHING, PASSED, run_verdict, stopped
 from ..errors import SpecError, UsageError
 from ..names import baseline_name_problem, printable
 from ..perms import file_mode, make_dir
 from .artifacts import list_runs, load_report, resolve_run, runs_dir
+from .verdicts import case_rows, case_rows_of_file
 
 DB_NAME = "registry.db"
 BASELINE_PREFIX = "baseline:"
@@ -32,14 +33,21 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
   run_id TEXT PRIMARY KEY, spec_name TEXT, lineage_tag TEXT, spec_hash TEXT, dataset_hash TEXT,
   adapters TEXT, judge TEXT, prompt_name TEXT, prompt_version TEXT, prompt_hash TEXT, prompt_path TEXT,
-  started_at TEXT, finished_at TEXT, recorded_at TEXT, result TEXT, figures TEXT, artifact TEXT, gate TEXT);
+  started_at TEXT, finished_at TEXT, recorded_at TEXT, result TEXT, figures TEXT, artifact TEXT, gate TEXT,
+  models TEXT, source_run_id TEXT, verdicts INTEGER);
 CREATE INDEX IF NOT EXISTS runs_prompt ON runs (prompt_name, prompt_version);
+CREATE TABLE IF NOT EXISTS case_verdicts (
+  run_id TEXT NOT NULL, adapter TEXT NOT NULL, case_id TEXT NOT NULL, verdict TEXT NOT NULL, trials INTEGER NOT NULL,
+  PRIMARY KEY (run_id, adapter, case_id));
+CREATE INDEX IF NOT EXISTS case_verdicts_case ON case_verdicts (adapter, case_id);
 CREATE TABLE IF NOT EXISTS baselines (name TEXT PRIMARY KEY, run_id TEXT NOT NULL, promoted_at TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS promotions (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, run_id TEXT NOT NULL,
   previous_run_id TEXT, promoted_at TEXT NOT NULL);
 """
-_JSON_COLS = ("adapters", "judge", "figures", "gate")
+# columns added after the first release: registry.db files made before get them when first opened
+_ADDED_COLS = (("models", "TEXT"), ("source_run_id", "TEXT"), ("verdicts", "INTEGER"))
+_JSON_COLS = ("adapters", "judge", "figures", "gate", "models")
 _FIGURES = ("overall", "pass_rate", "golden_pass_rate", "judge_mean", "items", "measured", "errors")
 
 
@@ -86,6 +94,7 @@ class Registry:
                 os.chmod(self.path, file_mode())
             conn.row_factory = sqlite3.Row
             conn.executescript(_SCHEMA)
+            _migrate(conn)
         except sqlite3.Error as exc:
             raise UsageError(f"{self.path}: cannot open the run registry ({exc})") from None
         return conn
@@ -94,26 +103,73 @@ class Registry:
 
     @_db_errors
     def record(self, report: dict[str, Any], artifact: Path, *, dataset_hash: str | None = None,
-               prompt: dict[str, Any] | None = None, gate: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Record (or re-record) one run; returns its entry."""
+               prompt: dict[str, Any] | None = None, gate: dict[str, Any] | None = None,
+               models: dict[str, str] | None = None, source_run: str | None = None) -> dict[str, Any]:
+        """Record (or re-record) one run and, for a complete run, each case's verdict (flake history);
+        returns its entry. ``models``: adapter id -> the model it called; ``source_run``: the run whose
+        stored outputs this run re-scored."""
         judge = report.get("judge")
+        adapters = list(report.get("adapters") or report.get("per_adapter") or [])
+        rows = self._case_rows(report, Path(artifact))
         row = {
             "run_id": report["run_id"], "spec_name": report.get("spec_name"),
             "lineage_tag": report.get("lineage_tag"), "spec_hash": report.get("spec_hash"),
-            "dataset_hash": dataset_hash, "adapters": list(report.get("adapters") or report.get("per_adapter") or []),
+            "dataset_hash": dataset_hash, "adapters": adapters,
             "judge": {"model": judge.get("model"), "provider": judge.get("provider")} if judge else None,
             "prompt_name": (prompt or {}).get("name"), "prompt_version": (prompt or {}).get("version"),
             "prompt_hash": (prompt or {}).get("hash"), "prompt_path": (prompt or {}).get("path"),
             "started_at": report.get("started_at"), "finished_at": report.get("finished_at"),
             "recorded_at": utc_now(), "result": result_of(report), "figures": figures_of(report),
             "artifact": self._store_path(Path(artifact)), "gate": gate,
+            "models": {a: (models or {}).get(a) or a for a in adapters}, "source_run_id": source_run,
+            "verdicts": len(rows),
         }
         cols = list(row)
         values = [json.dumps(row[c]) if c in _JSON_COLS and row[c] is not None else row[c] for c in cols]
         with closing(self._connect()) as conn, conn:
             conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                          values)
+            _put_verdicts(conn, row["run_id"], rows)
         return self._entry(row)
+
+    @staticmethod
+    def _case_rows(report: dict[str, Any], artifact: Path) -> list[tuple[str, str, str, int]]:
+        """A complete run's case verdicts (a partial run's are not a sample of anything)."""
+        if stopped(report):
+            return []
+        if "outcomes" in report:
+            return case_rows(report["outcomes"])
+        return case_rows_of_file(artifact) if artifact.is_file() else []
+
+    @_db_errors
+    def backfill_verdicts(self) -> int:
+        """Case verdicts of runs recorded before the registry kept them (read from their reports once);
+        returns how many runs were filled in."""
+        filled = 0
+        for r in self._rows("SELECT run_id, artifact FROM runs WHERE verdicts IS NULL"):
+            entry = self._entry(r)
+            path = Path(entry["artifact_path"] or "")
+            try:
+                report = load_report(path) if path.is_file() else None
+            except UsageError:
+                report = None
+            rows = self._case_rows(report, path) if report is not None else []
+            with closing(self._connect()) as conn, conn:
+                _put_verdicts(conn, r["run_id"], rows)
+                conn.execute("UPDATE runs SET verdicts = ? WHERE run_id = ?", (len(rows), r["run_id"]))
+            filled += 1
+        return filled
+
+    def case_verdicts(self, run_ids: list[str], adapter: str) -> dict[str, dict[str, str]]:
+        """run id -> case id -> verdict, for one adapter of the given runs."""
+        out: dict[str, dict[str, str]] = {r: {} for r in run_ids}
+        for i in range(0, len(run_ids), 500):
+            chunk = run_ids[i:i + 500]
+            sql = (f"SELECT run_id, case_id, verdict FROM case_verdicts WHERE adapter = ? AND run_id IN "
+                   f"({', '.join('?' * len(chunk))})")
+            for row in self._rows(sql, (adapter, *chunk)):
+                out[row["run_id"]][row["case_id"]] = row["verdict"]
+        return out
 
     @_db_errors
     def set_gate(self, run_id: str, gate: dict[str, Any]) -> None:
@@ -237,6 +293,26 @@ def check_baseline_name(name: object, flag: str = "baseline name") -> str:
     if problem:
         raise UsageError(f"{flag} {str(name)[:80]!r} {problem}")
     return name  # type: ignore[return-value]
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring a registry.db made by an earlier version up to this schema (new columns are NULL: a
+    NULL ``verdicts`` means "not read yet", see ``backfill_verdicts``)."""
+    have = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
+    for col, kind in _ADDED_COLS:
+        if col not in have:
+            try:
+                conn.execute(f"ALTER TABLE runs ADD COLUMN {col} {kind}")
+            except sqlite3.OperationalError as exc:  # another process added it a moment ago
+                if "duplicate column" not in str(exc):
+                    raise
+    conn.commit()
+
+
+def _put_verdicts(conn: sqlite3.Connection, run_id: str, rows: list[tuple[str, str, str, int]]) -> None:
+    conn.execute("DELETE FROM case_verdicts WHERE run_id = ?", (run_id,))
+    conn.executemany("INSERT INTO case_verdicts (run_id, adapter, case_id, verdict, trials) VALUES (?, ?, ?, ?, ?)",
+                     [(run_id, *r) for r in rows])
 
 
 def resolve_ref(ref: str, state_dir: Path | str) -> Path:

@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "serve": ("evalfarm.dashboard.cli", "serve", "The dashboard: runs, diffs, A/B, the live farm, /metrics."),
     "import": ("evalfarm.interop.cli", "import_cmd", "Import another tool's config (promptfoo) as a spec."),
     "export": ("evalfarm.interop.cli", "export_cmd", "Export a run: an Inspect AI log, JSONL or CSV rows."),
+    "rescore": ("evalfarm.cli.overnight", "rescore", "Score a stored run's outputs again; only the judge is called."),
+    "flaky": ("evalfarm.cli.overnight", "flaky", "Cases whose verdict flips across comparable runs."),
 }
 ALIASES = {"ls": "list"}
 DEBUG = False

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from ..errors import UsageError
+from .overnight import budget_options
 
 VARIANT_FLAGS = ("variant_a", "variant_b", "tasks")
 SUITE_FLAGS = ("suite", "arm_a", "arm_b")
@@ -25,13 +26,18 @@ def _flag(name: str) -> str:
     return "--" + {"timeout_s": "timeout"}.get(name, name).replace("_", "-")
 
 
-def _farm_runner(broker: str | None, timeout_s: float | None, quiet: bool):
+def _farm_runner(broker: str | None, timeout_s: float | None, quiet: bool, max_cost: float | None = None,
+                 force: bool = False, prices: dict[str, Any] | None = None):
     """run_spec for the harness: the arms' items on a backend, like ``evalfarm run`` (in this process by
-    default, on the farm with --broker)."""
+    default, on the farm with --broker), under the budget (``--max-cost``) when one is given."""
     def run(spec, trials: int) -> tuple[str, list[dict[str, Any]]]:
         from ..orchestrator import Orchestrator
         from ..spec.source import PromptSource
         from .console import LiveProgress
+        from .overnight import BudgetStopped, check_budget, stopped_line
+
+        # before anything is sent; only with a budget (the synthetic executor's price is a model's, not a bill)
+        budget = check_budget(spec, spec.prompts, trials, max_cost, force, prices, priced_only=False)
 
         if broker is None:
             from ..backends.inprocess import InProcessBackend
@@ -45,9 +51,13 @@ def _farm_runner(broker: str | None, timeout_s: float | None, quiet: bool):
         orchestrator = Orchestrator(backend)
         source = PromptSource(inline=tuple(spec.prompts), count=len(spec.prompts))
         with LiveProgress(enabled=False if quiet else None) as bar:
-            plan = orchestrator.submit(spec, source, trials=trials, on_progress=bar.update)
+            plan = orchestrator.submit(spec, source, trials=trials, on_progress=bar.update,
+                                       options={"budget_usd": budget} if budget is not None else None)
             orchestrator.wait(plan.run_id, bar.update, timeout_s)
-        return plan.run_id, json.loads(orchestrator.report_bytes(plan.run_id))["outcomes"]
+        report = json.loads(orchestrator.report_bytes(plan.run_id))
+        if report.get("stopped") == "budget":  # a partial A/B compares nothing: no artifact
+            raise BudgetStopped(f"{stopped_line(report)}; no comparison was made (the arms were not all run)")
+        return plan.run_id, report["outcomes"]
 
     return run
 
@@ -62,6 +72,17 @@ def _price(value: str | None) -> tuple[float, float] | None:
         return a, b
     except ValueError:
         raise UsageError(f"--price {value!r}: expected INPUT,OUTPUT in USD per million tokens, e.g. 3,15") from None
+
+
+def _prices(executor: Any) -> dict[str, Any]:
+    """What the estimate cannot know from the spec: the synthetic executor's fixed price."""
+    from ..spec.models import Price
+
+    price = executor.describe().get("price_usd_per_mtok")
+    adapter = executor.adapter()
+    if price is None or not isinstance(adapter, str):
+        return {}
+    return {adapter: Price(input=price["input_per_mtok"], output=price["output_per_mtok"])}
 
 
 def _emit(payload: bytes, output: Path | None, as_json: bool) -> None:
@@ -166,6 +187,7 @@ dir_option = dict(type=click.Path(file_okay=False, path_type=Path))
               help="redis://... to run the arms on workers; default: in this process, no server.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison JSON on stdout.")
 @click.option("--output", "-o", **path_option, help="Also write the comparison JSON here.")
+@budget_options
 @click.pass_context
 def ab(ctx: click.Context, **opts: Any) -> None:
     """Compare two prompt variants, or one suite under two or three response-style profiles.
@@ -232,7 +254,8 @@ def _variant_mode(o: dict[str, Any]) -> None:
 
     _check_outputs(o)
     result = run_variants(variant_a=o["variant_a"], variant_b=o["variant_b"], tasks_path=o["tasks"],
-                          scorer=o["scorer"] or "exact", run_spec=_farm_runner(o["broker"], None, o["as_json"]))
+                          scorer=o["scorer"] or "exact",
+                          run_spec=_farm_runner(o["broker"], None, o["as_json"], o["max_cost"], o["force"]))
     from ..canonical import canonical_json
     _emit(canonical_json(result).encode("ascii"), o["output"], o["as_json"])
     if not o["as_json"]:
@@ -255,7 +278,8 @@ def _suite_mode(o: dict[str, Any]) -> None:
                     executor=executor, role=o["role"] or "backend", ledger=o["ledger"],
                     reports_dir=o["reports_dir"], audit_dir=o["audit_dir"],
                     # spawn: --timeout bounds each task; the run takes as long as its tasks do
-                    run_spec=_farm_runner(o["broker"], None if spawn else o["timeout_s"] or 1800.0, o["as_json"]))
+                    run_spec=_farm_runner(o["broker"], None if spawn else o["timeout_s"] or 1800.0, o["as_json"],
+                                          o["max_cost"], o["force"], _prices(executor)))
     _emit(res.data, o["output"], o["as_json"])
     if not o["as_json"]:
         _print_suite(res)

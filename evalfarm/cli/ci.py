@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import EXIT_NOTHING_MEASURED, EvalfarmError, UsageError
-from .options import state_dir_option
+from .options import state_dir_option, strict_option
 
 
 class NothingMeasuredError(EvalfarmError):
@@ -74,14 +74,16 @@ def diff(run_a: str, run_b: str, tolerance: float, alpha: float, state_dir: Path
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE")
 @click.option("--pr-summary", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE")
 @click.option("--json", "as_json", is_flag=True, help="Print the gate result as JSON.")
+@strict_option
 def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_dir: Path, junit: Path | None,
-         pr_summary: Path | None, as_json: bool) -> None:
+         pr_summary: Path | None, as_json: bool, strict: bool) -> None:
     """Re-evaluate a stored RUN against the current thresholds; calls no model.
 
     Exit 0 passed, 1 a brake failed, 3 nothing was measured in RUN.
     """
     from ..ci.artifacts import load_report, require_complete
     from ..ci.diff import describe_cases
+    from ..ci.flaky import known_flaky
     from ..ci.gate import evaluate
     from ..ci.pipeline import baseline_for, echo_lines
     from ..ci.registry import Registry, resolve_ref
@@ -99,7 +101,8 @@ def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_
         except Exception as exc:
             raise UsageError(f"{path}: thresholds stored in the run are not valid ({exc}); pass --spec FILE") from None
     name, baseline = baseline_for(baseline_name, report.get("spec_name"), state_dir)
-    result = evaluate(report, thresholds, baseline, name)
+    flaky = known_flaky(state_dir, report.get("run_id", "")) if baseline is not None else None
+    result = evaluate(report, thresholds, baseline, name, flaky, strict)
     entry = Registry(state_dir).get(report.get("run_id", "")) if (state_dir / "registry.db").is_file() else None
     if entry is not None:
         Registry(state_dir).set_gate(entry["run_id"], result.to_dict())

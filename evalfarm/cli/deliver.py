@@ -71,7 +71,10 @@ def finish(store: RunStore, run_id: str, state_dir: Path, no_save: bool, as_json
             json_path = existing[0]
             paths.append(str(json_path))
         else:
-            json_path, md_path = save_report_stream(summary, store.iter_report(run_id), state_dir, markdown)
+            info = prompt_info or {}
+            lineage = {"source_run": {"run_id": info["source_run"], "content_hash": info.get("source_hash")}} \
+                if info.get("source_run") else None  # a re-scored run: whose outputs it scored
+            json_path, md_path = save_report_stream(summary, store.iter_report(run_id), state_dir, markdown, lineage)
             paths += [str(json_path), str(md_path)]
     if as_json:
         for chunk in store.iter_report(run_id):

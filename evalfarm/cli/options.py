@@ -14,6 +14,10 @@ broker_option = click.option("--broker", envvar="EVALFARM_BROKER_URL", metavar="
                              help="The farm's Redis (or EVALFARM_BROKER_URL).")
 
 
+strict_option = click.option("--strict", is_flag=True,
+                             help="With the gate: count known flaky cases (flake history) as regressions too.")
+
+
 def ci_run_options(f: Callable) -> Callable:
     """The CI flags of ``run``; they reach the command as keyword arguments (``**ci``)."""
     options = [
@@ -29,6 +33,7 @@ def ci_run_options(f: Callable) -> Callable:
                      help="Write JUnit XML: one testcase per case and adapter."),
         click.option("--pr-summary", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
                      help="Write a short Markdown summary for a pull-request comment."),
+        strict_option,
     ]
     for option in reversed(options):
         f = option(f)

@@ -23,8 +23,11 @@ from ..errors import EvalfarmError, SpecError, UsageError
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for injected errors.")
 @click.option("--agent-script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="YAML tool-use script for coding agents (claude, codex, gemini, aider, opencode).")
+@click.option("--quota-after", type=click.IntRange(0), metavar="N",
+              help="After N answered completions, answer every request 429 insufficient_quota.")
 def mock_provider(host: str, port: int, latency_ms: float, error_rate: float, rate_limit: float | None,
-                  api_key: str | None, script: Path | None, seed: int, agent_script: Path | None) -> None:
+                  api_key: str | None, script: Path | None, seed: int, agent_script: Path | None,
+                  quota_after: int | None) -> None:
     """A local OpenAI-compatible chat server: echo or scripted replies, usage, 429s, 5xx."""
     from ..providers.mock_agents import AgentProtocols, load_agent_script
     from ..providers.mock_server import MockProvider, load_script, serve
@@ -43,7 +46,7 @@ def mock_provider(host: str, port: int, latency_ms: float, error_rate: float, ra
         except OSError as exc:
             raise UsageError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror}); "
                              "pick another port") from None
-    provider = MockProvider(latency_ms, error_rate, rate_limit, api_key, rules, seed)
+    provider = MockProvider(latency_ms, error_rate, rate_limit, api_key, rules, seed, quota_after)
     provider.agents = agents
     serve(host, port, provider)
 

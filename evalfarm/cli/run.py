@@ -1,6 +1,7 @@
 """``evalfarm run``: validate, check every output before spending, run on a backend, deliver."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import click
 
 from ..errors import EvalfarmError, UsageError
 from .options import ci_run_options, state_dir_option
+from .overnight import budget_options, check_budget, quota_line, stopped_line
 
 
 @click.command()
@@ -37,12 +39,13 @@ from .options import ci_run_options, state_dir_option
 @click.option("--detach", is_flag=True, help="Farm: print the run id and return; 'evalfarm wait RUN' attaches later.")
 @click.option("--cache", "use_cache", is_flag=True,
               help="Reuse provider responses for identical requests (same model, messages, params, trial).")
+@budget_options
 @ci_run_options
 def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, base_url: str | None,
         judge_model: str | None, judge_base_url: str | None, tags: tuple[str, ...], cases: tuple[str, ...],
         concurrency: int | None, output: Path | None, no_save: bool, state_dir: Path, trials: int | None,
         broker: str | None, batch_size: int | None, timeout_s: float | None, as_json: bool, detach: bool,
-        use_cache: bool, **ci) -> None:
+        use_cache: bool, max_cost: float | None, force: bool, **ci) -> None:
     """Validate SPEC (or --dataset cases with --model), run every item, aggregate, apply thresholds."""
     from ..ci.artifacts import check_state_dir, check_writable
     from ..ci.pipeline import baseline_for
@@ -105,7 +108,10 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
         raise UsageError(f"{flag} applies to a farm run (--broker); an in-process run has no batches and "
                          "stops with Ctrl-C")
 
+    budget = check_budget(spec, source, trials, max_cost, force)  # the estimate, before anything is sent
     options: dict = {"cache": use_cache, "state_dir": str(state_dir.resolve())}
+    if budget is not None:
+        options["budget_usd"] = budget
     cache = None
     if broker is None:
         from ..backends.inprocess import InProcessBackend
@@ -139,8 +145,12 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
 
             still_running(plan.run_id)
     prompt_info = {"dataset_hash": dataset_hash(source.selected()) if not no_save else None,
-                   "prompt": version.info() if version is not None else None}
+                   "prompt": version.info() if version is not None else None,
+                   "models": {a.id: a.model for a in spec.adapters if not isinstance(a, str)}}
     code = finish(backend.store, plan.run_id, state_dir, no_save, as_json, output, spec.thresholds, prompt_info, ci)
+    for line in filter(None, (f(json.loads(backend.store.get_blob(plan.run_id, "summary") or b"{}"))
+                              for f in (stopped_line, quota_line))):
+        click.echo(line, err=True)
     if getattr(backend, "stopped", None) == "interrupted":
         click.echo("evalfarm: interrupted: the calls in flight were cancelled and nothing more was sent; the items "
                    "that finished are in the partial report above (diff and gate refuse it)", err=True)

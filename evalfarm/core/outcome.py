@@ -36,12 +36,17 @@ class Outcome:
     error: dict[str, Any] | None = None
     # a coding agent's run (spawn mode): agent, version, turns, tool calls, diff, check, ... (agents/adapter.py)
     agent: dict[str, Any] | None = None
+    # why this item's call was never sent ("budget": the run's spend reached its budget first); a
+    # skipped item is neither measured nor errored, and stays out of the report's figures
+    skipped: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        # shallow: dataclasses.asdict deep-copies every field and was 11% of an embedded run
+        # shallow: dataclasses.asdict deep-copies every field and was 11% of an embedded run;
+        # optional records left out when unset, so runs without agents or budgets keep their bytes
         data = dict(self.__dict__)
-        if data["agent"] is None:  # the outcomes of runs without agents stay the bytes they were
-            del data["agent"]
+        for optional in ("agent", "skipped"):
+            if data[optional] is None:
+                del data[optional]
         return data
 
     @classmethod

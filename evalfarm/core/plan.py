@@ -63,7 +63,8 @@ class SpecHasher:
     """Hash of the spec without its prompt sources, then every prompt's canonical JSON, streamed."""
 
     def __init__(self, spec: EvalSpec) -> None:
-        self._h = hashlib.sha256(canonical_json(spec.model_dump(mode="json", exclude={"prompts", "dataset"})).encode())
+        self._h = hashlib.sha256(canonical_json(spec.model_dump(mode="json", exclude={"prompts", "dataset",
+                                                                                     "budget_usd"})).encode())
 
     def update(self, prompt_json: str) -> None:
         self._h.update(b"\n" + prompt_json.encode())

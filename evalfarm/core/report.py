@@ -59,12 +59,16 @@ class RunReport:
     items_planned: int = 0
     items_done: int = 0
     stopped: str | None = None  # "interrupted" (Ctrl-C), "budget", "cancelled": a partial report
+    budget: dict[str, Any] | None = None  # limit_usd, spent_usd, items_left (runs with a budget)
     schema: str = SCHEMA
     outcomes: list[dict[str, Any]] = field(default_factory=list)
     prompts: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        if out["budget"] is None:  # only runs with a budget carry the section
+            del out["budget"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunReport":
@@ -85,10 +89,17 @@ class ReportBuilder:
         self.errors = ErrorExamples(spec)
         self.failed: list[dict[str, Any]] = []
         self.count = 0
+        self.skipped = 0  # items whose call was never sent (the budget ran out): not in the figures
+        self.spend = 0.0  # model + judge cost of every stored item, skipped ones included
 
-    def add(self, raw: str) -> str:
-        """Aggregate one stored outcome; returns its line in the report file."""
+    def add(self, raw: str) -> str | None:
+        """Aggregate one stored outcome; returns its line in the report file (None for a skipped item,
+        which the report counts as left, not as an outcome)."""
         o = json.loads(raw)
+        self.spend += (o.get("cost_usd") or 0.0) + (o.get("judge_cost_usd") or 0.0)
+        if o.get("skipped"):
+            self.skipped += 1
+            return None
         self.agg.add(o)
         self.errors.add(o)
         if len(self.failed) < FAILED_SAMPLE and (o.get("error") or item_passed(o) is False):
@@ -98,7 +109,10 @@ class ReportBuilder:
 
     def head(self, **run: Any) -> dict[str, Any]:
         """The report without its outcomes. ``run``: run_id, spec_hash, mode, started_at,
-        finished_at, duration_s, items_planned and stopped."""
+        finished_at, duration_s, items_planned and stopped; with a budget, budget_usd and
+        spent_usd (the run's spend counter, when the backend keeps one)."""
+        if self.skipped and not run.get("stopped"):
+            run["stopped"] = "budget"
         per_adapter = self.agg.figures()
         for adapter, fig in per_adapter.items():
             fig["error_examples"] = self.errors.of(adapter)
@@ -116,7 +130,15 @@ class ReportBuilder:
             "items_done": self.count, "stopped": run.get("stopped"),
             # spawn mode: the repo and the commit every agent started from (absent for other runs)
             **({"workspace": spec.workspace.model_dump(mode="json")} if spec.workspace is not None else {}),
+            **({"budget": self.budget(run)} if run.get("budget_usd") is not None else {}),
         }
+
+    def budget(self, run: dict[str, Any]) -> dict[str, Any]:
+        """The budget, what was spent against it (model + judge: the backend's spend counter, else every
+        stored item's cost, a model answer whose judging the stop skipped included) and the items left."""
+        spent = run.get("spent_usd")
+        return {"limit_usd": run["budget_usd"], "spent_usd": round(self.spend if spent is None else spent, 8),
+                "items_left": run["items_planned"] - self.count}
 
 
 def head_bytes(head: dict[str, Any]) -> bytes:
@@ -156,7 +178,7 @@ def build_report(*, run_id: str, spec: EvalSpec, spec_hash: str, mode: str, tria
                  duration_s: float, items_planned: int | None = None, stopped: str | None = None) -> RunReport:
     """A report from outcome dicts in memory (tests, small tools): the same builder as the backends."""
     builder = ReportBuilder(spec, trials)
-    kept = [json.loads(builder.add(json.dumps(o))) for o in outcomes]
+    kept = [json.loads(line) for line in (builder.add(json.dumps(o)) for o in outcomes) if line is not None]
     head = builder.head(run_id=run_id, spec_hash=spec_hash, mode=mode, started_at=started_at,
                         finished_at=finished_at, duration_s=duration_s,
                         items_planned=len(kept) if items_planned is None else items_planned, stopped=stopped)
@@ -239,9 +261,9 @@ _OPTIONAL_TYPES = {"error": (dict, "null or an object"), "passed": (bool, "true,
                    "failure_mode": (str, "a string or null"), "checks": (list, "a list or null"),
                    "judge_criteria": (list, "a list or null"), "golden_reason": (str, "a string or null"),
                    "judge_reason": (str, "a string or null"), "finish_reason": (str, "a string or null"),
-                   "key": (str, "a string or null")}
-_OUTCOME_NUMBERS = ("judge_score", "latency_ms", "cost_usd", "judge_cost_usd", "input_tokens", "output_tokens",
-                    "judge_input_tokens", "judge_output_tokens")
+                   "key": (str, "a string or null"), "cached": (bool, "true, false or null")}
+_OUTCOME_NUMBERS = ("judge_score", "latency_ms", "wait_ms", "cost_usd", "judge_cost_usd")
+_OUTCOME_COUNTS = ("input_tokens", "output_tokens", "judge_input_tokens", "judge_output_tokens", "attempts")
 _JSON_NAMES = {str: "a string", int: "a number", float: "a number", bool: "true/false", list: "a list",
                dict: "an object", type(None): "null"}
 
@@ -258,6 +280,8 @@ def _item_problem(items: Any, what: str) -> str | None:
         for key in ("id", "kind", "verdict", "reason", "detail"):
             if c.get(key) is not None and not isinstance(c[key], str):
                 return f"{what}[{j}].{key}: expected a string or null, got {_got(c[key])}"
+        if c.get("passed") is not None and not isinstance(c["passed"], bool):
+            return f"{what}[{j}].passed: expected true, false or null, got {_got(c['passed'])}"
     return None
 
 
@@ -274,6 +298,10 @@ def _outcome_problem(i: int, o: Any) -> str | None:
     for key in _OUTCOME_NUMBERS:
         if o.get(key) is not None and not _is_num(o[key]):
             return f"outcomes[{i}].{key}: expected a number or null, got {_got(o[key])}"
+    for key in _OUTCOME_COUNTS:
+        v = o.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            return f"outcomes[{i}].{key}: expected a whole number >= 0 or null, got {_got(v)}"
     error = o.get("error")
     if error is not None:
         for key in ("class", "message", "stage"):
@@ -369,7 +397,12 @@ def render_markdown(report: dict[str, Any], failed: list[dict[str, Any]] | None 
         verdict += " (every item errored)"
     if report.get("stopped"):
         verdict += f": {report.get('items_done')} of {report.get('items_planned')} items measured"
-    lines += [f"- result: **{verdict}**", "",
+    lines += [f"- result: **{verdict}**"]
+    if report.get("budget"):
+        b = report["budget"]
+        lines.append(f"- budget: ${b['limit_usd']:g}; spent ${b['spent_usd']:.6f}; items not measured "
+                     f"(a call never sent): {b['items_left']}")
+    lines += ["",
               "| adapter | prompts | items | errors | golden pass rate | judge mean | overall | p50 ms | p95 ms "
               "| tokens in | tokens out | cost $ | judge tokens | judge $ |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

@@ -30,6 +30,10 @@ def hint(spec: EvalSpec, adapter: str, error: dict[str, Any]) -> str | None:
                 "the calls run (this process, or the workers' environment)?")
     if cls == "TransportError":
         return f"no answer{where}: is the server up and reachable from where the calls run?"
+    if cls == "QuotaExhausted":
+        return (f"the account's quota is exhausted{where} (HTTP 429 insufficient_quota): not retried; the endpoint "
+                "was paused for the whole fleet and the remaining calls were not sent: top up the account, then "
+                "run again")
     if cls == "RateLimited":
         return "the endpoint kept answering 429 after the retries: set max_in_flight or requests_per_minute"
     if cls == "ServerError":

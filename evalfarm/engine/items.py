@@ -20,6 +20,7 @@ from ..core.verdict import decide
 from ..errors import InfrastructureError
 from ..redact import redact
 from .adapters import Adapter, Completion
+from .budget import SKIPPED_BUDGET, BudgetExhausted, SpendGuard, guarding
 from .cache import ResponseCache, request_key
 from .judges import Judge, clamp01
 from .observe import active, calling, outcome as observe_outcome
@@ -41,8 +42,16 @@ class Engine:
     """A run's adapters (by adapter id), its judge and the judge's pass score, and a response cache."""
 
     def __init__(self, adapters: dict[str, Adapter], judge: Judge | None = None, pass_score: float | None = None,
-                 cache: ResponseCache | None = None) -> None:
+                 cache: ResponseCache | None = None, budget: SpendGuard | None = None) -> None:
         self.adapters, self.judge_, self.pass_score, self.cache = adapters, judge, pass_score, cache
+        self.budget = budget  # the run's spend counter: asked before every call, charged after
+
+    async def _over_budget(self) -> bool:
+        return self.budget is not None and await self.budget.exhausted()
+
+    async def _charge(self, usd: float) -> None:
+        if self.budget is not None and usd:
+            await self.budget.charge(usd)
 
     @property
     def judged(self) -> bool:
@@ -67,16 +76,28 @@ class Engine:
         (perf_counter) is when the item was in hand (a farm batch's start): its wait counts from there."""
         out = Outcome(key=item.key, prompt_id=item.prompt.id, adapter=item.adapter, trial=item.trial)
         started = time.perf_counter() if since is None else since
+        if await self._over_budget():
+            out.skipped = SKIPPED_BUDGET
+            return out
         try:
-            with calling(item.adapter, time.perf_counter):
+            with guarding(self.budget), calling(item.adapter, time.perf_counter):
                 completion, out.cached = await self._complete(item, self.adapters[item.adapter])
         except InfrastructureError:
             raise
+        except BudgetExhausted:  # reached while this call waited for a slot or a retry: it was not sent
+            out.skipped = SKIPPED_BUDGET
+            return out
         except Exception as exc:  # a provider failure is a runtime error, never a quality failure
             out.error = error_of(exc, "adapter")
             out.attempts = getattr(exc, "attempts", None)
             out.agent = getattr(exc, "agent", None)  # what is known of a failed agent run
             return out
+        await self._charge(completion.cost_usd)
+        return self.score(item, out, completion, started)
+
+    def score(self, item: Item, out: Outcome, completion: Completion, started: float) -> Outcome:
+        """The deterministic part of stage 1 on a completion: figures and checks (re-scoring applies it
+        to stored outputs)."""
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         out.latency_ms = round(completion.meta.get("call_ms") or elapsed_ms, 3)
         out.wait_ms = round(max(0.0, elapsed_ms - out.latency_ms), 3)
@@ -103,16 +124,27 @@ class Engine:
 
     async def judge(self, item: Item, out: Outcome) -> Outcome:
         """Stage 2: judge a measured output (on the judge queue in the farm), then the verdict."""
+        if out.skipped:
+            return out
         if self.judge_ is not None and out.error is None:
+            if await self._over_budget():
+                out.skipped = SKIPPED_BUDGET  # the model's answer is kept (and its cost), but not judged
+                return out
             try:
-                result = await self.judge_.judge(item.prompt, out.output or "")
+                with guarding(self.budget):
+                    result = await self.judge_.judge(item.prompt, out.output or "")
             except InfrastructureError:
                 raise
+            except BudgetExhausted:
+                out.skipped = SKIPPED_BUDGET
+                return out
             except Exception as exc:
                 out.error = error_of(exc, "judge")
                 t_in, t_out, cost = getattr(exc, "tokens", (0, 0, 0.0))
                 out.judge_input_tokens, out.judge_output_tokens, out.judge_cost_usd = t_in, t_out, cost
+                await self._charge(cost)
                 return self.decide(out)
+            await self._charge(result.cost_usd)
             out.judge_score = clamp01(result.score)
             out.judge_criteria = result.criteria or None
             out.judge_reason = result.reason or None
@@ -125,7 +157,10 @@ class Engine:
         return await self.judge(item, await self.call(item))
 
     def decide(self, out: Outcome) -> Outcome:
-        """The item's verdict; observers (worker metrics) see every finished item here."""
+        """The item's verdict; observers (worker metrics) see every finished item here. An item the
+        budget skipped has none (it was never sent)."""
+        if out.skipped:
+            return out
         decide(out, self.pass_score)
         if active():
             observe_outcome(out.to_dict())

@@ -29,6 +29,7 @@ _BUILTIN_ADAPTERS: dict[str, str] = {
     "mock": "evalfarm.engine.adapters:MockAdapter",
     "openai": "evalfarm.providers.openai:OpenAIAdapter",
     "agent": "evalfarm.agents.adapter:AgentAdapter",  # coding agents in git worktrees (spawn mode)
+    "stored": "evalfarm.engine.stored:StoredAdapter",  # a re-scoring run's stand-in: never called
 }
 _BUILTIN_JUDGES: dict[str, str] = {
     "mock": "evalfarm.engine.judges:MockJudge",

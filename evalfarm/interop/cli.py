@@ -98,21 +98,9 @@ def export_cmd() -> None:
 
 
 def _report(run: str, state_dir: Path) -> tuple[dict[str, Any], str]:
-    from .rows import validate_outcomes
-
+    """The stored run, every field checked by the one report validation (core.report) on load."""
     path = resolve_ref(run, state_dir)
-    report = load_report(path)
-    validate_outcomes(report, str(path))
-    for key in ("adapters",):
-        value = report.get(key)
-        if value is not None and not (isinstance(value, list) and all(isinstance(a, str) for a in value)):
-            raise UsageError(f"{path}: {key}: expected a list of adapter ids")
-    if report.get("judge") is not None and not isinstance(report.get("judge"), dict):
-        raise UsageError(f"{path}: judge: expected an object or null")
-    trials = report.get("trials", 1)
-    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
-        raise UsageError(f"{path}: trials: expected an integer >= 1")
-    return report, str(path)
+    return load_report(path), str(path)
 
 
 def _emit(chunks, output: Path | None) -> None:
@@ -144,7 +132,7 @@ def export_jsonl(run: str, output: Path | None, state_dir: Path) -> None:
     from .rows import jsonl_chunks, rows
 
     report, source = _report(run, state_dir)
-    _emit(jsonl_chunks(rows(report, source)), output)
+    _emit(jsonl_chunks(rows(report)), output)
 
 
 @export_cmd.command("csv")
@@ -156,7 +144,7 @@ def export_csv(run: str, output: Path | None, state_dir: Path) -> None:
     from .rows import csv_chunks, rows
 
     report, source = _report(run, state_dir)
-    _emit(csv_chunks(rows(report, source)), output)
+    _emit(csv_chunks(rows(report)), output)
 
 
 def _safe_name(text: str) -> str:

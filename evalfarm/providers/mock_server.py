@@ -15,6 +15,10 @@ script single requests, so tests stay deterministic:
     [[drop-mid]]          send the headers and part of the body, then close the connection
     [[echo-key:N]]        answer 200 with a non-JSON body: N characters, then the caller's key
     [[slow:MS]]           add MS milliseconds of latency
+    [[quota]]             answer 429 insufficient_quota, OpenAI's "no credit left" (never Retry-After)
+
+``quota_after=N`` (``--quota-after N``) runs the account dry: after N answered completions,
+every request gets that 429 insufficient_quota.
 
 Judge requests (the judging prompt carries ``EVALFARM-JUDGE``) get a JSON verdict:
 every criterion id listed in the prompt passes unless the judged output holds
@@ -58,7 +62,10 @@ class TokenBucket:
 
 class MockProvider:
     def __init__(self, latency_ms: float = 0, error_rate: float = 0.0, rate_limit: float | None = None,
-                 api_key: str | None = None, script: list[dict[str, Any]] | None = None, seed: int = 0) -> None:
+                 api_key: str | None = None, script: list[dict[str, Any]] | None = None, seed: int = 0,
+                 quota_after: int | None = None) -> None:
+        self.quota_after = quota_after
+        self.answered = 0  # 200 completions (for quota_after)
         self.latency_s = latency_ms / 1000.0
         self.error_rate = error_rate
         self.bucket = TokenBucket(rate_limit) if rate_limit else None
@@ -119,7 +126,7 @@ class MockProvider:
             user = next(m["content"] for m in reversed(messages) if m.get("role") == "user")
         except (ValueError, KeyError, StopIteration, TypeError):
             return self._error(400, "expected a JSON chat completion request with a user message")
-        self.recent.append({"model": body.get("model"), "user": user,
+        self.recent.append({"t": time.time(), "model": body.get("model"), "user": user,
                             "authorization": request.headers.get("Authorization"),
                             "system": "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
                             or None})
@@ -141,6 +148,11 @@ class MockProvider:
             auth = request.headers.get("Authorization", "").removeprefix("Bearer ")
             self.statuses[200] += 1
             return web.Response(text="x" * int(marks["echo-key"] or 0) + auth + " <- your key", status=200)
+        if "quota" in marks or (self.quota_after is not None and self.answered >= self.quota_after):
+            self.statuses[429] += 1
+            return web.json_response({"error": {
+                "message": "You exceeded your current quota, please check your plan and billing details.",
+                "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}}, status=429)
         if "status" in marks:
             status = int(marks["status"])
             return self._error(status, f"scripted status {status}", "1" if status == 429 else None)
@@ -170,6 +182,7 @@ class MockProvider:
             text, finish = " ".join(words[: int(max_tokens)]), "length"
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
         self.statuses[200] += 1
+        self.answered += 1
         return web.json_response({
             "id": f"chatcmpl-mock-{self.requests}", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model", "mock"),

@@ -16,13 +16,15 @@ import httpx
 
 from ..engine import observe
 from ..engine.adapters import Completion
+from ..engine.budget import before_send
 from ..engine.judges import LLMJudge
 from ..redact import redact, register_secret_env
 from ..spec.models import AdapterSpec, JudgeSpec, Price, PromptSpec
 from .access import key_for
 from .errors import BadResponse, ClientError, ProviderError, TransportError, error_for_status
 from .http import close_current, post
-from .limits import Limiter, Limits, limiter_for
+from .limits import Limiter, Limits, endpoint_id, limiter_for
+from .quota import exhausted_now, is_quota, refuse_if_exhausted
 from .retry import RetryPolicy, parse_retry_after, with_retries
 
 
@@ -119,6 +121,7 @@ async def chat(ep: Endpoint, messages: list[dict[str, str]], params: dict[str, A
     "judge", for metrics)."""
     body = json.dumps({"model": ep.model, "messages": messages, **ep.params, **(params or {})}).encode()
     limiter = limiter or limiter_for(ep.base_url, ep.api_key_env, ep.limits)
+    eid = endpoint_id(ep.base_url, ep.api_key_env)
     attempts = 0
     call_s = 0.0
     started = time.perf_counter()
@@ -127,12 +130,16 @@ async def chat(ep: Endpoint, messages: list[dict[str, str]], params: dict[str, A
         nonlocal attempts, call_s
         attempts += 1
         async with limiter.slot():
+            await before_send()  # the run's budget, asked before every request (retries included)
+            await refuse_if_exhausted(eid, ep.url)  # a fleet-wide exhausted quota: nothing is sent
             sent = time.perf_counter()
             try:
                 data = await _post_once(ep, body)
                 call_s = time.perf_counter() - sent  # the answered request's own round trip
                 return data
             except ProviderError as exc:
+                if is_quota(exc):  # no credit left: not retried, the endpoint stops for the whole fleet
+                    raise await exhausted_now(eid, ep.url, exc) from None
                 if exc.status == 429 and exc.retry_after is not None:
                     # a server asking for a day must not freeze the fleet for a day
                     seconds = min(exc.retry_after, policy.max_retry_after_s)

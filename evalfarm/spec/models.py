@@ -311,6 +311,9 @@ class EvalSpec(_Model):
     trials: int = Field(default=1, ge=1, le=1000)
     prompt: str | None = Field(default=None, min_length=1)  # NAME or NAME@VERSION in prompts/ (prompt_store.py)
     workspace: Workspace | None = None  # spawn mode: the repo and commit agents work in
+    # USD the run may spend (model + judge); --max-cost wins. Not part of the spec hash: a budget
+    # decides how much is measured, not what a result means
+    budget_usd: float | None = Field(default=None, gt=0)
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> Any:

@@ -24,6 +24,7 @@ from . import work
 from .app import AGGREGATE, JUDGE_BATCH, RUN_BATCH, create_app
 from .limits import install
 from .pools import Pool
+from .quota import install as install_quota
 from .settings import FarmSettings
 from .store import store_for
 
@@ -73,6 +74,7 @@ def worker_app(settings: FarmSettings, pool: Pool | None = None) -> Celery:
 def register(app: Celery, settings: FarmSettings) -> None:
     url = settings.run_store_url
     install(url)  # provider limits and 429 pauses hold for the whole fleet
+    install_quota(url)  # so does an exhausted quota (429 insufficient_quota)
 
     def enqueue_aggregate(run_id: str) -> None:
         app.send_task(AGGREGATE, args=[run_id], queue="aggregate")

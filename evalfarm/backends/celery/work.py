@@ -27,6 +27,7 @@ from ...engine.cache import ResponseCache, SqliteCache
 from ...engine.items import Engine, bounded, within
 from ..finalize import spec_of
 from ..store import RunStore
+from .budget import spend_guard
 from .cache import RedisCache
 from .limits import run_slots
 
@@ -95,7 +96,9 @@ class RunContext:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            self._engine = build_engine(self.spec, cache=self._cache())
+            engine = build_engine(self.spec, cache=self._cache())
+            engine.budget = spend_guard(self.store_url, self.meta)  # a budgeted run's fleet-wide spend
+            self._engine = engine
         return self._engine
 
 

@@ -1,0 +1,147 @@
+"""What a re-scoring run is: a stored run's outputs, its prompts as sent, and the scoring to apply.
+
+A new rubric should not cost a new generation (lm-evaluation-harness #1627). The stored
+report carries every output (``outcomes``) and every prompt as it was sent, with its checks
+and criteria (``prompts``), so no spec file is needed. ``--spec FILE`` brings new scoring:
+for each prompt id the spec knows, its expected answers, checks, criteria and truncation
+rule replace the stored ones (the text stays what was sent: the outputs answer it), and the
+spec's judge and thresholds apply. ``--judge-model`` swaps the judge's model. The adapters
+become ``stored`` stand-ins, so the model under test cannot be called.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..engine.stored import stored_adapter
+from ..errors import UsageError
+from ..spec.binding import bind_environment
+from ..spec.load import open_spec
+from ..spec.models import EvalSpec, JudgeSpec, PromptSpec, Thresholds
+from ..spec.source import PromptSource
+
+SCORING_FIELDS = ("expected_output_contains", "expected_output_regex", "checks", "criteria", "allow_truncation")
+Case = tuple[str, str, int]  # prompt id, adapter, trial
+
+
+@dataclass
+class RescoreInput:
+    spec: EvalSpec  # stored adapters, the judge, the thresholds, the prompts with their new scoring
+    source: PromptSource
+    trials: int
+    outcomes: dict[Case, dict[str, Any]]  # the source run's stored outcomes
+    source_run: str
+    source_hash: str  # sha256: of the source report's bytes (the lineage stub records it)
+    judge_calls: int = 0  # items the judge will be asked about
+    notes: list[str] = field(default_factory=list)
+
+    def stored(self, prompt_id: str, adapter: str, trial: int) -> dict[str, Any]:
+        return self.outcomes[(prompt_id, adapter, trial)]
+
+
+def _bad(path: Path, what: str) -> UsageError:
+    return UsageError(f"{path}: cannot re-score this report: {what}")
+
+
+def _prompts(report: dict[str, Any], path: Path) -> list[PromptSpec]:
+    raw = report.get("prompts")
+    if not raw:
+        raise _bad(path, "it has no prompts section (reports record each prompt as sent since the prompts "
+                         "section was added); run the spec again")
+    out = []
+    for i, p in enumerate(raw):
+        try:
+            out.append(PromptSpec.model_validate(p))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"])
+            raise _bad(path, f"prompts[{i}].{where}: {err['msg']}") from None
+    return out
+
+
+def _outcomes(report: dict[str, Any], path: Path, prompt_ids: set[str], adapters: list[str],
+              trials: int) -> dict[Case, dict[str, Any]]:
+    out: dict[Case, dict[str, Any]] = {}
+    for i, o in enumerate(report["outcomes"]):
+        case = (o["prompt_id"], o["adapter"], o["trial"])
+        if o["prompt_id"] not in prompt_ids or o["adapter"] not in adapters or o["trial"] >= trials:
+            raise _bad(path, f"outcomes[{i}] ({'/'.join(map(str, case))}) is not in the run's plan")
+        if case in out:
+            raise _bad(path, f"outcomes[{i}]: a second result for {'/'.join(map(str, case))}")
+        out[case] = o
+    missing = len(prompt_ids) * len(adapters) * trials - len(out)
+    if missing:
+        raise _bad(path, f"{missing} planned item(s) have no stored outcome")
+    return out
+
+
+def _new_scoring(prompts: list[PromptSpec], spec_path: Path) -> tuple[EvalSpec, list[PromptSpec], list[str]]:
+    spec_file = open_spec(spec_path)
+    by_id = {p.id: p for p in spec_file.source.raw()}
+    notes, kept, changed_text = [], 0, 0
+    rescored = []
+    for p in prompts:
+        new = by_id.get(p.id)
+        if new is None:
+            kept += 1
+            rescored.append(p)
+            continue
+        if new.text not in p.text:  # (a prompt version's user template wraps the case's text)
+            changed_text += 1
+        rescored.append(p.model_copy(update={f: getattr(new, f) for f in SCORING_FIELDS}))
+    if kept:
+        notes.append(f"{kept} of the run's {len(prompts)} prompts are not in {spec_path}: they keep their stored "
+                     "checks and criteria")
+    if changed_text:
+        notes.append(f"{changed_text} prompt(s) of {spec_path} now read differently from what the run sent: their "
+                     "outputs answer the text that was sent, which is what is scored")
+    return spec_file.spec, rescored, notes
+
+
+def rescoring(report: dict[str, Any], path: Path, *, spec_path: Path | None = None, judge_model: str | None = None,
+              judge_base_url: str | None = None) -> RescoreInput:
+    """The re-scoring run of a stored, complete ``report`` (read from ``path``)."""
+    prompts = _prompts(report, path)
+    adapters = list(report.get("adapters") or report["per_adapter"])
+    trials = report.get("trials")
+    if not isinstance(trials, int) or trials < 1 or not adapters or not all(isinstance(a, str) for a in adapters):
+        raise _bad(path, "its trials or adapters are not readable")
+    notes: list[str] = []
+    if spec_path is not None:
+        new_spec, prompts, notes = _new_scoring(prompts, spec_path)
+        name, tag, judge, thresholds = new_spec.name, new_spec.lineage_tag, new_spec.judge, new_spec.thresholds
+    else:
+        name, tag = str(report.get("spec_name") or "rescored"), report.get("lineage_tag")
+        try:
+            judge = JudgeSpec.model_validate(report["judge"]) if report.get("judge") else None
+            thresholds = Thresholds.model_validate(report.get("thresholds") or {})
+        except ValidationError as exc:
+            raise _bad(path, f"its judge or thresholds are not valid ({exc.errors()[0]['msg']}); pass --spec FILE") \
+                from None
+    if judge_model:
+        judge = judge.model_copy(update={"model": judge_model}) if judge is not None else JudgeSpec(model=judge_model)
+    if judge is None and any(p.criteria for p in prompts):
+        notes.append("the prompts have criteria but there is no judge: pass --judge-model M to judge them")
+    ids = [p.id for p in prompts]
+    if len(set(ids)) != len(ids):
+        raise _bad(path, "its prompts section lists a prompt id twice")
+    outcomes = _outcomes(report, path, set(ids), adapters, trials)
+    try:
+        spec = EvalSpec(name=name, lineage_tag=tag, adapters=list(adapters), prompts=prompts, judge=judge,
+                        thresholds=thresholds, trials=trials)
+    except ValidationError as exc:
+        raise _bad(path, str(exc.errors()[0]["msg"])) from None
+    spec = bind_environment(spec, judge_base_url=judge_base_url)  # the judge's endpoint; adapters are stand-ins
+    spec = spec.model_copy(update={"adapters": [stored_adapter(a, report["run_id"]) for a in adapters]})
+    judged = 0
+    if spec.judge is not None:
+        judged = sum(1 for o in outcomes.values()
+                     if not o.get("error") or (o["error"].get("stage") or "adapter") == "judge")
+    return RescoreInput(spec=spec, source=PromptSource(inline=tuple(prompts), count=len(prompts)), trials=trials,
+                        outcomes=outcomes, source_run=report["run_id"],
+                        source_hash="sha256:" + hashlib.sha256(path.read_bytes()).hexdigest(), judge_calls=judged,
+                        notes=notes)
