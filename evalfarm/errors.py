@@ -38,6 +38,12 @@ class UsageError(EvalfarmError):
     """Bad CLI arguments or a reference (run id, path) that does not resolve."""
 
 
+class Interrupted(EvalfarmError):
+    """Ctrl-C where a partial result means nothing, or where the work goes on elsewhere: the line says which."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
 class FarmError(EvalfarmError):
     """The farm could not be reached or a run could not be found in it."""
 

@@ -89,6 +89,16 @@ def test_help_imports_only_click():
     assert res.returncode == 0 and res.stdout.strip() == "[]", (res.stdout, res.stderr)
 
 
+def test_help_lists_every_command_and_the_ls_alias():
+    """A new user reads `evalfarm --help` to find commands: the alias `ls` is there, beside `list`."""
+    from evalfarm.cli import COMMANDS
+    res = subprocess.run([sys.executable, "-m", "evalfarm.cli", "--help"], env=env_for(), capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    listed = {line.split()[0] for line in res.stdout.split("Commands:")[1].splitlines() if line.strip()}
+    assert listed == set(COMMANDS) and "list (ls)" in res.stdout, res.stdout
+
+
 def test_a_plugin_found_by_entry_point(tmp_path):
     """A plug-in installed the ecosystem's way (a distribution with an evalfarm.adapters entry point) is
     used by name, with no EVALFARM_PLUGINS setting."""
@@ -115,3 +125,29 @@ def test_a_plugin_found_by_entry_point(tmp_path):
     unknown = subprocess.run([sys.executable, "-m", "evalfarm.cli", "run", str(tmp_path / "s.yaml"), "--no-save"],
                              env=env_for(), capture_output=True, text=True, timeout=60)
     assert unknown.returncode == 2 and "unknown adapter 'shout'" in unknown.stderr, unknown.stderr
+
+
+def test_a_broken_plugin_is_named_in_one_line(tmp_path):
+    """A plug-in that fails to import (by entry point or EVALFARM_PLUGINS) is the plug-in's fault: one
+    line naming it and the spec's line, exit 2; never 'internal error ... a bug in evalfarm' (exit 4)."""
+    site = tmp_path / "site"
+    (site / "broken_plugin-1.0.dist-info").mkdir(parents=True)
+    (site / "broken_plugin-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\n"
+                                                                   "Version: 1.0\n")
+    (site / "broken_plugin-1.0.dist-info" / "entry_points.txt").write_text(
+        "[evalfarm.adapters]\nbroken = broken_plugin:Broken\n")
+    (site / "broken_plugin.py").write_text("raise RuntimeError('needs BROKEN_HOME')\n")
+    (tmp_path / "s.yaml").write_text("name: ep\nadapters: ['broken:x']\nprompts:\n  - {id: a, text: hello}\n")
+    env = env_for()
+    env["PYTHONPATH"] = f"{site}{':' + env['PYTHONPATH'] if env.get('PYTHONPATH') else ''}"
+    by_entry_point = subprocess.run([sys.executable, "-m", "evalfarm.cli", "run", str(tmp_path / "s.yaml"),
+                                     "--no-save"], env=env, capture_output=True, text=True, timeout=60)
+    assert by_entry_point.returncode == 2, by_entry_point.stderr
+    assert by_entry_point.stderr.strip().splitlines()[-1] == (
+        f"evalfarm: error: {tmp_path / 's.yaml'}:2: adapters[0]: adapter 'broken': its plug-in "
+        "(broken_plugin:Broken) failed to load: RuntimeError: needs BROKEN_HOME")
+    env["EVALFARM_PLUGINS"] = "broken_plugin"
+    by_setting = subprocess.run([sys.executable, "-m", "evalfarm.cli", "run", str(tmp_path / "s.yaml"),
+                                 "--no-save"], env=env, capture_output=True, text=True, timeout=60)
+    assert by_setting.returncode == 2 and by_setting.stderr.strip().splitlines()[-1] == (
+        "evalfarm: error: EVALFARM_PLUGINS: cannot import 'broken_plugin': RuntimeError: needs BROKEN_HOME")

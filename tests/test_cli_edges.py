@@ -50,6 +50,25 @@ def test_unwritable_outputs_stop_before_the_run(tmp_path):
     assert not (tmp_path / "st").exists()  # nothing ran, nothing was saved
 
 
+def test_wait_resume_and_rubric_check_their_outputs_before_waiting_dispatching_or_calling(tmp_path, provider):
+    """`wait` may wait for hours and `resume` spends: a bad --output or --state-dir stops them before they
+    even connect (the broker here is unreachable); `rubric -o` before its paid call."""
+    (tmp_path / "afile").write_text("x")
+    run_id = "20261130T120000123456Z-0a1b2c"
+    for cmd in ("wait", "resume"):
+        for args, needle in ((["--output", str(tmp_path / "afile" / "o.json")], "--output"),
+                             (["--state-dir", str(tmp_path / "afile")], "--state-dir")):
+            res = run_cli(cmd, run_id, "--broker", "redis://127.0.0.1:1/0", *args, timeout=30)
+            assert res.returncode == 2, (cmd, args, res.stderr)
+            assert res.stderr.strip().splitlines() == [f"evalfarm: error: {res.stderr.split('error: ', 1)[1].strip()}"]
+            assert needle in res.stderr and "connecting" not in res.stderr, res.stderr
+    mock = provider()
+    res = run_cli("rubric", "--spec", "Answer in one word.", "--model", "m", "--base-url", mock.url,
+                  "-o", str(tmp_path / "afile" / "case.yaml"))
+    assert res.returncode == 2 and "--output" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert mock.stats()["requests"] == 0
+
+
 def test_corrupt_registry_stops_before_the_run(tmp_path):
     st = tmp_path / "st"
     st.mkdir()
@@ -78,9 +97,16 @@ def test_click_usage_errors_are_one_line():
 
 def test_bad_environment_settings_are_one_line(tmp_path):
     for env, needle in (({"EVALFARM_MAX_IN_FLIGHT": "0"}, "EVALFARM_MAX_IN_FLIGHT=0"),
-                        ({"EVALFARM_BATCH_SIZE": "abc"}, "EVALFARM_BATCH_SIZE='abc'")):
+                        ({"EVALFARM_BATCH_SIZE": "abc"}, "EVALFARM_BATCH_SIZE='abc'"),
+                        # read when the run ends: refused before it starts, not after it was paid for
+                        ({"EVALFARM_RUN_TTL_S": "x"}, "EVALFARM_RUN_TTL_S='x'")):
         res = run_cli("run", SMOKE, "--no-save", timeout=30, **env)
         assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    for env, needle in (({"EVALFARM_TASK_TIME_LIMIT": "abc"}, "EVALFARM_TASK_TIME_LIMIT='abc'"),
+                        ({"EVALFARM_RUN_TTL_S": "-5"}, "EVALFARM_RUN_TTL_S=-5"),
+                        ({"EVALFARM_HEARTBEAT_S": "nan"}, "EVALFARM_HEARTBEAT_S=nan")):
+        res = run_cli("worker", "--broker", "redis://127.0.0.1:1/0", timeout=30, **env)  # refused before connecting
+        assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     res = run_cli("status", "--broker", "redis://127.0.0.1:6379/abc")
     assert res.returncode == 2 and "the database must be a number" in res.stderr
 

@@ -68,12 +68,20 @@ def test_bad_reports_become_rows_and_pages_never_500(tmp_path, smoke_state):
     for rid, body in bad.items():
         (state / "runs" / f"{rid}.json").write_text(body)
     (state / "runs" / "20260101T000000000005Z-eeeeee.json").write_bytes(b"\xff\xfe\x00garbage")
+    for rid, why in (("20260101T000000000006Z-ffffff", "interrupted"), ("20260101T000000000007Z-abcdef", "budget")):
+        (state / "runs" / f"{rid}.json").write_text(json.dumps({**good, "run_id": rid, "stopped": why,
+                                                                "thresholds_passed": False}))
     (state / "registry.db").write_bytes(b"this is not sqlite")
     s = Serve(state)
     try:
         listing = s.json("/api/runs")
         rows = {r["run_id"]: r for r in listing["runs"]}
-        assert len(rows) == 6 and rows[good["run_id"]]["verdict"] == "PASS"
+        assert len(rows) == 8 and rows[good["run_id"]]["verdict"] == "PASS"
+        # a partial run is neither a pass nor a quality failure, as everywhere else (core.verdict)
+        assert rows["20260101T000000000006Z-ffffff"]["verdict"] == rows["20260101T000000000007Z-abcdef"]["verdict"] \
+            == "PARTIAL"
+        assert [r["run_id"] for r in s.json("/api/runs?verdict=PARTIAL")["runs"]] == [
+            "20260101T000000000007Z-abcdef", "20260101T000000000006Z-ffffff"]
         assert rows["20260101T000000000001Z-aaaaaa"]["verdict"] == "UNREADABLE"
         assert rows["20260101T000000000002Z-bbbbbb"]["verdict"] == "UNREADABLE"
         assert rows["20260101T000000000005Z-eeeeee"]["verdict"] == "UNREADABLE"
@@ -221,9 +229,11 @@ def test_worker_metrics_module_exports_what_a_real_run_did(tmp_path):
                 return metric_values(r.read().decode())
 
         before = scrape()
+        observer = metrics.PrometheusObserver()
         for o in report["outcomes"]:
-            with metrics.in_flight(o["adapter"]):
-                mid = scrape()[("evalfarm_requests_in_flight", frozenset({("adapter", "m1")}))]
+            observer.in_flight(o["adapter"], 1)
+            mid = scrape()[("evalfarm_requests_in_flight", frozenset({("adapter", "m1")}))]
+            observer.in_flight(o["adapter"], -1)
             metrics.observe_call(o["adapter"], o["latency_ms"] / 1000)
             metrics.record_outcome(o)
         metrics.record_retry("m1", 2)

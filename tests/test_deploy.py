@@ -1,5 +1,5 @@
 """docker-compose.yml, deploy/ and workers/: valid against their schemas, offline, and in agreement
-with the pool definitions in evalfarm/farm/pools.py (the single source of truth).
+with the pool definitions in evalfarm/backends/celery/pools.py (the single source of truth).
 
 Schemas (no network: all ship in packages or in tests/schemas/):
 - Compose: the compose-spec JSON schema vendored by the PyPI package check-jsonschema

@@ -76,7 +76,7 @@ def test_the_terminal_says_why_nothing_was_measured_and_what_to_check(tmp_path, 
     res = run_cli("run", path, "--no-save")  # EVAL_API_KEY is not set
     assert res.returncode == 3
     assert "m: 2 x AuthError (adapter), e.g. HTTP 401" in res.stdout, res.stdout
-    assert f"is EVAL_API_KEY set, and valid, where the calls run" in res.stdout and server.url in res.stdout
+    assert "is EVAL_API_KEY set, and valid, where the calls run" in res.stdout and server.url in res.stdout
     refused = run_cli("run", spec(tmp_path, server.url, "  - {id: a, text: hi}\n", extra=", api_key_env: DB_PASSWORD"),
                       "--no-save", DB_PASSWORD="x")
     assert "KeyRefused" in refused.stdout and "EVALFARM_KEY_ENV_ALLOW" in refused.stdout, refused.stdout

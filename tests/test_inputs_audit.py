@@ -116,3 +116,27 @@ def test_seal_vouches_for_a_chain_made_before_heads(cwd):
     assert audit_verify(cwd).returncode == 0
     emit(cwd, "baseline", "verbose")  # and the chain grows again, head and all
     assert audit_verify(cwd).stdout.startswith("OK: 4 entries verified")
+
+
+def test_verify_beside_concurrent_appends_never_cries_cut(tmp_path):
+    """`ab` checks the chain before it runs, and CI runs A/Bs side by side: a verify that reads the chain
+    just before another process appends (entry, then head) must not call the chain cut short."""
+    import subprocess
+    import sys
+
+    from conftest import env_for
+    from evalfarm.ab import audit
+
+    audit_dir = tmp_path / "audit"
+    audit.append(audit_dir, "start", {"n": 0})
+    writer = subprocess.Popen([sys.executable, "-c", "import sys\nfrom evalfarm.ab import audit\n"
+                               "for i in range(400): audit.append(sys.argv[1], 'e', {'n': i})", str(audit_dir)],
+                              env=env_for())
+    verified = 0
+    while writer.poll() is None:
+        good, broken = audit.verify(audit_dir)
+        assert broken is None, broken
+        verified += 1
+    assert writer.returncode == 0 and verified > 20
+    good, broken = audit.verify(audit_dir)
+    assert broken is None and len(good) == 401

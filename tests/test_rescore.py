@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import time
 from pathlib import Path
 
-from conftest import run_cli
+from conftest import EVALFARM, env_for, run_cli
 
 from evalfarm.core.report import stable_view
 
@@ -119,18 +121,32 @@ def test_new_scoring_equals_a_fresh_run_with_it(tmp_path, provider):
 
 
 def test_rescore_on_the_farm_uses_the_judge_queue_only(tmp_path, provider, redis_server, start_worker):
+    import redis
     server = provider("--latency-ms", "20")
-    start_worker(redis_server.url, pool="judge", concurrency=2)
-    start_worker(redis_server.url, pool="aggregate", concurrency=1)
     state = tmp_path / "state"
     spec = judged_spec(tmp_path, server.url)
     first = run_cli("run", str(spec), "--state-dir", str(state))  # in this process
     assert first.returncode == 0, first.stderr
     [source_id] = reports(state)
     before = len(server.stats_requests())
+    # no worker yet: the judge backlog waits on the queue, and the stored plan must not expire meanwhile
+    # (a plan being stored expires after 10 minutes unless completed; a long judge stage outlives that)
+    proc = subprocess.Popen([*EVALFARM, "rescore", source_id, "--state-dir", str(state), "--timeout", "60"],
+                            env=env_for(redis_server.url),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r = redis.Redis.from_url(redis_server.url)
+    deadline = time.time() + 30
+    while not (running := [k.decode().split(":")[2] for k in r.scan_iter("ef:run:*:state") if r.get(k) == b"running"]):
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    [run_id] = running
+    assert {part: r.ttl(f"ef:run:{run_id}:{part}") for part in ("meta", "state", "items", "order")} == \
+        {"meta": -1, "state": -1, "items": -1, "order": -1}
     # no provider-pool worker runs: an item sent to the provider queue would never finish
-    res = run_cli("rescore", source_id, "--state-dir", str(state), "--timeout", "60", broker=redis_server.url)
-    assert res.returncode == 0, res.stderr
+    start_worker(redis_server.url, pool="judge", concurrency=2)
+    start_worker(redis_server.url, pool="aggregate", concurrency=1)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err
     assert calls(server, before) == (0, 6)
     runs = reports(state)
     [farm] = [r for i, r in runs.items() if i != source_id]

@@ -115,3 +115,33 @@ def test_ab_spawn_refusals_are_one_line(tmp_path):
         assert res.returncode == 2, (args, res.stdout, res.stderr)
         assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert not (tmp_path / ".evalfarm").exists()
+
+
+def test_ctrl_c_during_an_ab_in_this_process_compares_nothing_and_says_so(tmp_path):
+    """The arms' run stops (agents killed, worktrees removed), and the A/B says in one line that nothing was
+    compared, exit 130: no artifact from half the arms, no 'the farm returned N results' or KeyError."""
+    import signal
+    import subprocess
+    import time
+
+    from conftest import EVALFARM, env_for
+    from spawn_support import wait_for
+
+    repo = make_repo(tmp_path / "repo")
+    trace = tmp_path / "trace.log"
+    suite = write_suite(tmp_path, repo, adapters=[fake_adapter()], n=2, prompt=f"trace {trace} 60")
+    proc = subprocess.Popen([*EVALFARM, "ab", "--suite", suite, "--arm-a", "balanced", "--arm-b", "terse",
+                             "--executor", "spawn", "--price", "3,15"], cwd=tmp_path,
+                            env=env_for(**spawn_env(tmp_path)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    wait_for(lambda: trace.exists() and len(trace.read_text().splitlines()) >= 2, 60, "two agents running")
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, (out, err)
+    assert time.monotonic() - t0 < 10  # not the agents' 60 s
+    assert err.strip().splitlines() == [
+        "evalfarm: error: interrupted: the calls in flight were cancelled and nothing more was sent; no comparison "
+        "was made (the arms were not all run)"], err
+    assert not list((tmp_path / ".evalfarm" / "reports" / "eval_ab").glob("*.json"))
+    assert_clean(repo, tmp_path / "spawn")

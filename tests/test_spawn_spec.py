@@ -166,6 +166,18 @@ def test_a_spawn_suite_and_a_spec_plan_the_same_items_and_the_check_decides(tmp_
     assert_clean(repo, tmp_path / "spawn")
 
 
+def test_patches_go_beside_the_report_in_the_state_dir(tmp_path, repo):
+    """Without EVALFARM_BLOB_DIR an in-process run keeps its patches in its --state-dir (not ./.evalfarm)."""
+    spec = write_spec(tmp_path / "spec.yaml", repo, [{"id": "fixed", "text": "ok", "check": "true"}])
+    state = tmp_path / "elsewhere"
+    res = run_cli("run", str(spec), "--json", "--state-dir", str(state), cwd=tmp_path, timeout=180,
+                  **{**spawn_env(tmp_path), "EVALFARM_BLOB_DIR": ""})
+    assert res.returncode == 0, res.stderr
+    digest = report_of(res)["outcomes"][0]["agent"]["diff"]["patch_sha256"]
+    assert (state / "blobs" / f"{digest}.patch").is_file() and not (tmp_path / ".evalfarm").exists()
+    assert_clean(repo, tmp_path / "spawn")
+
+
 def test_setup_runs_first_new_files_and_commits_are_in_the_diff_and_a_failed_setup_is_a_runtime_error(tmp_path, repo):
     spec = write_spec(tmp_path / "spec.yaml", repo, [
         {"id": "committed", "text": "git", "setup": "echo notes > notes.txt",
@@ -288,6 +300,7 @@ def test_ctrl_c_kills_the_running_agents_and_removes_their_worktrees(tmp_path, r
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
+    assert b"Traceback" not in err and b"never retrieved" not in err, err
     assert time.monotonic() - t0 < 10  # not the agents' 60 s
     assert not any(pid_alive(p) for p in pids)
     report = json.loads(out)

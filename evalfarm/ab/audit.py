@@ -140,19 +140,34 @@ def _write_head(audit_dir: Path, key: bytes, good: list[dict[str, Any]]) -> None
     os.replace(tmp, Path(audit_dir) / HEAD)
 
 
-def check_head(audit_dir: Path, key: bytes, good: list[dict[str, Any]]) -> Broken | None:
-    """Does an intact chain of ``good`` entries end where ``chain.head`` says it does?"""
-    path = Path(audit_dir) / HEAD
+def _read_head(audit_dir: Path) -> bytes | None | OSError:
     try:
-        raw = path.read_bytes()
+        return (Path(audit_dir) / HEAD).read_bytes()
     except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return exc
+
+
+_UNREAD: Any = object()
+
+
+def check_head(audit_dir: Path, key: bytes, good: list[dict[str, Any]],
+               raw: bytes | None | OSError = _UNREAD) -> Broken | None:
+    """Does an intact chain of ``good`` entries end where ``chain.head`` says it does? ``raw``: the
+    head as read *before* the chain by a reader without the lock (an append writes its entry, then
+    the head: a head read after the chain could be one entry ahead of it)."""
+    path = Path(audit_dir) / HEAD
+    if raw is _UNREAD:  # under the chain's lock: nothing moves
+        raw = _read_head(audit_dir)
+    if raw is None:
         if not good:
             return None
         return Broken(len(good), None, f"{HEAD} is missing, so a cut could go unnoticed (a chain from before "
                                        "heads, or the head was deleted); once the chain is known to be whole, "
                                        "'evalfarm audit verify --seal' writes one")
-    except OSError as exc:
-        return Broken(len(good), None, f"cannot read {path}: {_why(exc)}")
+    if isinstance(raw, OSError):
+        return Broken(len(good), None, f"cannot read {path}: {_why(raw)}")
     try:
         head = json.loads(raw)
         count, digest, mac = head["count"], head["digest"], head["hmac"]
@@ -178,10 +193,11 @@ def verify(audit_dir: Path) -> tuple[list[dict[str, Any]], Broken | None]:
     """The intact entries, and the first problem: a broken entry, or a chain that does not end
     where its head says (cut short, emptied, or the head removed)."""
     path = Path(audit_dir) / CHAIN
+    head = _read_head(audit_dir)  # first: the chain read next is at least as long as this head says
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        if (Path(audit_dir) / HEAD).exists():
+        if head is not None:
             raw = b""  # the chain was deleted: its head still says how many entries there were
         else:
             raise AuditError(f"no audit chain at {path}") from None
@@ -189,7 +205,7 @@ def verify(audit_dir: Path) -> tuple[list[dict[str, Any]], Broken | None]:
         raise AuditError(f"cannot read {path}: {_why(exc)}") from None
     key = read_key(audit_dir)
     good, broken = check(raw, key)
-    return good, broken or check_head(audit_dir, key, good)
+    return good, broken or check_head(audit_dir, key, good, head)
 
 
 def seal(audit_dir: Path) -> list[dict[str, Any]]:

@@ -1,8 +1,8 @@
 """Content-addressed files (an agent's patch, a check's full output): ``<dir>/<sha256>.<kind>``.
 
 The directory is ``$EVALFARM_BLOB_DIR``, else ``$EVALFARM_STATE_DIR/blobs`` (default
-``.evalfarm/blobs``) of the process that ran the agent: on a farm give the spawn workers a shared
-volume there. A blob is written once (temp file, then rename), so concurrent writers of the same
+``.evalfarm/blobs``) of the process that ran the agent (``evalfarm run`` sets it to its
+``--state-dir``): on a farm give the spawn workers a shared volume there. A blob is written once (temp file, then rename), so concurrent writers of the same
 content are harmless and a stored blob never changes.
 """
 from __future__ import annotations
@@ -38,9 +38,3 @@ def put(data: bytes, kind: str, directory: Path | None = None) -> str:
         Path(tmp).unlink(missing_ok=True)
         raise
     return digest
-
-
-def path_of(digest: str, kind: str, directory: Path | None = None) -> Path:
-    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-        raise ValueError(f"not a SHA-256: {digest!r}")
-    return (directory or blob_dir()) / f"{digest}.{kind}"

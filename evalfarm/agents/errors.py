@@ -4,7 +4,7 @@ non-zero, times out, prints something we cannot read) is a runtime error of that
 quality failure."""
 from __future__ import annotations
 
-from ._compat import UsageError
+from ..errors import UsageError
 
 
 class AgentNotInstalled(UsageError):

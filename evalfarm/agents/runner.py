@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ._compat import redact
+from ..redact import redact
 from .base import AgentRequest, AgentUsage, Driver, Scratch
 from .errors import AgentOutputError
 from .registry import resolve

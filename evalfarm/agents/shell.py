@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._compat import redact
+from ..redact import redact
 from .runner import kill_group
 
 TAIL_BYTES = 4000

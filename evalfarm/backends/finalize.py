@@ -9,9 +9,9 @@ coordinator prints from the summary and streams the bytes to disk: nobody parses
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime, timezone
 
+from ..envvars import env_int
 from ..logs import get_logger
 from ..core.report import ReportBuilder, head_bytes, render_markdown, section_lines
 from ..spec.models import EvalSpec
@@ -23,7 +23,7 @@ RUN_TTL_S = 7 * 86400
 
 def run_ttl_s() -> int:
     """How long a finished (or failed) run's keys stay in Redis (EVALFARM_RUN_TTL_S)."""
-    return int(os.environ.get("EVALFARM_RUN_TTL_S") or RUN_TTL_S)
+    return env_int("EVALFARM_RUN_TTL_S", RUN_TTL_S, 1, 366 * 86400)
 
 
 def spec_of(meta: dict) -> EvalSpec:

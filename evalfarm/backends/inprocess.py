@@ -12,6 +12,7 @@ finished becomes a partial report that says ``interrupted``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import threading
 
@@ -43,11 +44,20 @@ class InProcessBackend:
         set_process_cap(self.concurrency)
         try:
             if _loop_running():  # called from async code (a notebook): run on a loop of our own
-                box: list = []
-                t = threading.Thread(target=lambda: box.append(asyncio.run(self._run(plan, meta, engine, None))))
+                box: list[BaseException | str | None] = []
+
+                def run_here() -> None:
+                    try:
+                        box.append(asyncio.run(self._run(plan, meta, engine, None)))
+                    except BaseException as exc:  # re-raised in the caller's thread, never a silent partial run
+                        box.append(exc)
+
+                t = threading.Thread(target=run_here)
                 t.start()
                 t.join()
-                self.stopped = box[0] if box else "interrupted"
+                if isinstance(box[0], BaseException):
+                    raise box[0]
+                self.stopped = box[0]
             else:
                 self.stopped = asyncio.run(self._run(plan, meta, engine, on_progress))
         finally:
@@ -104,9 +114,9 @@ class InProcessBackend:
             if everything.done():
                 everything.result()  # an unexpected error in the engine surfaces here
                 return None
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            everything.cancel()  # cancels every task; awaiting it waits for them all and retrieves its error
+            with contextlib.suppress(asyncio.CancelledError):
+                await everything
             return "interrupted"
         finally:
             stopper.cancel()

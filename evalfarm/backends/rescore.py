@@ -54,6 +54,7 @@ def start_rescore(store: RunStore, mode: str, spec: EvalSpec, source: PromptSour
         if final:
             store.record(plan.run_id, final)
         waiting += len(pending)
+    store.persist_plan(plan.run_id)  # complete: a long judge stage must not outlive the planning expiry
     store.update_meta(plan.run_id, planned=True, state="running", spec_hash=plan.spec_hash)
     return plan, engine, waiting
 

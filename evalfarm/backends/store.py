@@ -22,8 +22,9 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator
 
 from ..core.report import PROMPTS_OPEN, REPORT_CLOSE, SECTIONS
+from ..engine.budget import NUSD
 
-COST_SCALE = 1_000_000_000  # cost counters are integer nano-dollars: INCRBY is exact, floats are not
+COST_SCALE = NUSD  # cost counters are integer nano-dollars: INCRBY is exact, floats are not
 SPENT_FIELD = "spent_nusd"  # a budgeted farm run's spend counter (every call, as it returns) in its counters
 
 

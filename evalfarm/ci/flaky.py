@@ -2,8 +2,8 @@
 
 A red build from a case that fails one run in three is noise (promptfoo #1932), but a brake
 that ignores regressions is no brake. The registry keeps every complete run's case verdicts;
-runs are *comparable* for an adapter when they used the same prompt (name and version), the
-same model behind that adapter and the same dataset (its hash). Over the last N comparable
+runs are *comparable* for an adapter when they come from the same spec (its name), used the same
+prompt (name and version), the same model behind that adapter and the same dataset (its hash). Over the last N comparable
 runs a case's measured verdicts (unmeasured ones skipped) give its *flips*: how many times
 the verdict differs from the run before. ``evalfarm flaky`` lists every case with a flip; the
 gate treats a regressed case as *known flaky* when it flipped at least ``KNOWN_FLAKY_FLIPS``
@@ -27,9 +27,11 @@ _MARK = {PASS: "P", FAIL: "F"}
 
 
 def group_of(entry: dict[str, Any], adapter: str) -> tuple:
-    """What makes two runs comparable for one adapter."""
+    """What makes two runs comparable for one adapter (the spec's name too: runs saved through the
+    API, with no dataset hash or prompt version, of two specs that share an adapter id and case ids
+    are not one history)."""
     models = entry.get("models") or {}
-    return (entry.get("prompt_name"), entry.get("prompt_version"), entry.get("dataset_hash"),
+    return (entry.get("spec_name"), entry.get("prompt_name"), entry.get("prompt_version"), entry.get("dataset_hash"),
             models.get(adapter) or adapter)
 
 
@@ -71,11 +73,11 @@ def flaky_cases(state_dir: Path | str, spec: str | None = None, last: int = DEFA
             n = flips(verdicts)
             if not n:
                 continue
-            prompt_name, prompt_version, dataset_hash, model = group
+            spec_name, prompt_name, prompt_version, dataset_hash, model = group
             out.append({"adapter": adapter, "case": case, "flips": n,
                         "runs": sum(1 for v in verdicts if v is not None),
                         "history": "".join(_MARK.get(v, "?") if v is not None else "." for v in verdicts),
-                        "run_ids": run_ids, "spec_name": window[-1].get("spec_name"), "model": model,
+                        "run_ids": run_ids, "spec_name": spec_name, "model": model,
                         "prompt": f"{prompt_name}@{prompt_version}" if prompt_name else None,
                         "dataset_hash": dataset_hash})
     out.sort(key=lambda r: (-r["flips"], r["adapter"], r["case"]))

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from ..errors import UsageError
+from ..errors import Interrupted, UsageError
 from .overnight import budget_options
 
 VARIANT_FLAGS = ("variant_a", "variant_b", "tasks")
@@ -53,10 +53,17 @@ def _farm_runner(broker: str | None, timeout_s: float | None, quiet: bool, max_c
         with LiveProgress(enabled=False if quiet else None) as bar:
             plan = orchestrator.submit(spec, source, trials=trials, on_progress=bar.update,
                                        options={"budget_usd": budget} if budget is not None else None)
-            orchestrator.wait(plan.run_id, bar.update, timeout_s)
+            try:
+                orchestrator.wait(plan.run_id, bar.update, timeout_s)
+            except KeyboardInterrupt:  # on the farm: the arms' run goes on without us
+                raise Interrupted(f"detached; the arms' run {plan.run_id} goes on on the farm ('evalfarm cancel "
+                                  f"{plan.run_id}' stops it); no comparison was made") from None
         report = json.loads(orchestrator.report_bytes(plan.run_id))
         if report.get("stopped") == "budget":  # a partial A/B compares nothing: no artifact
             raise BudgetStopped(f"{stopped_line(report)}; no comparison was made (the arms were not all run)")
+        if report.get("stopped"):  # Ctrl-C in this process: the calls in flight were cancelled
+            raise Interrupted(f"{report['stopped']}: the calls in flight were cancelled and nothing more was sent; "
+                              "no comparison was made (the arms were not all run)")
         return plan.run_id, report["outcomes"]
 
     return run

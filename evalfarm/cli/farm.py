@@ -40,6 +40,16 @@ def farm(broker: str | None):
     return CeleryBackend(FarmSettings.from_env(broker_url=broker))
 
 
+def check_report_outputs(state_dir: Path, no_save: bool, output: Path | None) -> None:
+    """Where the report will go is checked before waiting (maybe for hours) or dispatching anything."""
+    from ..ci.artifacts import check_state_dir, check_writable
+
+    if output is not None:
+        check_writable(output, "--output")
+    if not no_save:
+        check_state_dir(state_dir)
+
+
 def attach(backend, run_id: str, state_dir: Path, no_save: bool, as_json: bool, output: Path | None,
            timeout_s: float | None) -> None:
     """Show live progress until the report exists, then save, print and exit with its code."""
@@ -74,7 +84,6 @@ def still_running(run_id: str) -> None:
                    "pauses, spend, queue depth.")
 def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str, metrics_port: int | None) -> None:
     """Start a worker consuming one pool's queues; it announces itself (a heartbeat key the dashboard reads)."""
-    import os
 
     from ..dashboard import heartbeat  # noqa: F401  (connects the worker's heartbeat to Celery's signals)
 
@@ -86,7 +95,13 @@ def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str
         raise EvalfarmError("a worker needs a broker: pass --broker redis://HOST:6379/0 "
                             "or set EVALFARM_BROKER_URL")
     spec = POOLS[pool]
-    limit = float(os.environ.get("EVALFARM_TASK_TIME_LIMIT") or spec.soft_time_limit)
+    from ..backends.finalize import run_ttl_s
+    from ..dashboard.heartbeat import INTERVAL_S
+    from ..envvars import env_float
+
+    limit = env_float("EVALFARM_TASK_TIME_LIMIT", spec.soft_time_limit, 1, 7 * 86400)
+    run_ttl_s()  # bad settings stop the worker at its start, not at a run's end
+    env_float("EVALFARM_HEARTBEAT_S", INTERVAL_S, 0.1, 3600)
     settings = FarmSettings.from_env(broker_url=broker, time_limit_s=limit)
     broker_of_queues = settings.broker_url
     if pool == "spawn":  # its own broker (EVALFARM_SPAWN_BROKER_URL); dead runs' sandboxes pruned first
@@ -163,6 +178,7 @@ def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
 def wait(run_id: str, broker: str | None, state_dir: Path, no_save: bool, output: Path | None,
          timeout_s: float | None, as_json: bool) -> None:
     """Attach to a run: live progress until its report exists, then save and print it."""
+    check_report_outputs(state_dir, no_save, output)
     backend = farm(broker)
     backend.meta(run_id)
     attach(backend, run_id, state_dir, no_save, as_json, output, timeout_s)
@@ -196,6 +212,8 @@ def resume(run_id: str, broker: str | None, state_dir: Path, no_save: bool, outp
            timeout_s: float | None, as_json: bool) -> None:
     """Re-dispatch only a run's missing items (not done, not awaiting the judge, not in the broker),
     then wait for its report."""
+    if not detach:
+        check_report_outputs(state_dir, no_save, output)
     backend = farm(broker)
     what = backend.resume(run_id)
     click.echo(f"resumed {run_id}: dispatched {what['dispatched']} missing items"

@@ -98,6 +98,10 @@ def rubric(spec_arg: str, case_id: str | None, case_input: str | None, tags: tup
         raise UsageError("--spec: the specification is empty")
     if not base_url:
         raise UsageError("no endpoint: pass --base-url or set EVAL_BASE_URL")
+    if output:
+        from ..ci.artifacts import check_writable
+
+        check_writable(Path(output), "--output")  # before the paid call, not after it
     register_secret_env(api_key_env)
     endpoint = Endpoint(base_url, model, api_key_env)
     try:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -115,10 +116,14 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
     cache = None
     if broker is None:
         from ..backends.inprocess import InProcessBackend
+        from ..backends.finalize import run_ttl_s
         from ..envvars import env_int
 
         env_int("EVALFARM_BATCH_SIZE", None, 1, 10000)  # a bad value is refused in every backend
+        run_ttl_s()  # read at the end of the run: refuse a bad value before anything is spent
         backend = InProcessBackend(concurrency or env_int("EVALFARM_MAX_IN_FLIGHT", 64, 1, 100000))
+        # agent patches and check logs (agents/blobs.py) go beside the run's report unless EVALFARM_BLOB_DIR says
+        os.environ["EVALFARM_STATE_DIR"] = str(state_dir.resolve())
         if use_cache:
             from ..engine.cache import SqliteCache
 

@@ -173,18 +173,6 @@ def report_bytes(report: RunReport | dict[str, Any]) -> bytes:
                                   (canonical_json(p) for p in prompts)))
 
 
-def build_report(*, run_id: str, spec: EvalSpec, spec_hash: str, mode: str, trials: int,
-                 outcomes: Iterable[dict[str, Any]], started_at: str, finished_at: str,
-                 duration_s: float, items_planned: int | None = None, stopped: str | None = None) -> RunReport:
-    """A report from outcome dicts in memory (tests, small tools): the same builder as the backends."""
-    builder = ReportBuilder(spec, trials)
-    kept = [json.loads(line) for line in (builder.add(json.dumps(o)) for o in outcomes) if line is not None]
-    head = builder.head(run_id=run_id, spec_hash=spec_hash, mode=mode, started_at=started_at,
-                        finished_at=finished_at, duration_s=duration_s,
-                        items_planned=len(kept) if items_planned is None else items_planned, stopped=stopped)
-    return RunReport.from_dict({**head, "outcomes": kept})
-
-
 def stable_view(report: dict[str, Any]) -> dict[str, Any]:
     """The report without timing and run identity: equal for equal work in any backend."""
     out = {k: v for k, v in report.items() if k not in VOLATILE}

@@ -21,7 +21,7 @@ a { color:var(--accent); } code { font-size:12px; }
 .meta { color:var(--muted); } .warn { color:var(--warn); } .empty { color:var(--muted); font-style:italic; }
 .verdict { display:inline-block; padding:0 .5em; border-radius:3px; font-size:12px; font-weight:700; background:#e7eaee; }
 .v-pass { background:#d8f0e0; color:var(--pass); } .v-fail, .v-unreadable { background:#f7dcd8; color:var(--fail); }
-.v-nothing { background:#fbeed5; color:var(--warn); }
+.v-nothing, .v-partial { background:#fbeed5; color:var(--warn); }
 .baseline { color:#8a6d00; font-weight:600; font-size:12px; }
 .s-passed { color:var(--pass); } .s-failed { color:var(--fail); } .s-errored { color:var(--warn); }
 .mode { font-size:12px; background:#eef; padding:0 .4em; border-radius:3px; }

@@ -1,4 +1,4 @@
-"""``evalfarm serve``: the dashboard server (registered in evalfarm/cli.py with one line)."""
+"""``evalfarm serve``: the dashboard server (one line in the COMMANDS table of evalfarm/cli/__init__.py)."""
 from __future__ import annotations
 
 import asyncio

@@ -1,13 +1,12 @@
 """The dashboard's one door into evalfarm: every import of an evalfarm module is in this file.
 
-The package is being restructured (issue 9); after the move only the imports below change.
 Everything here is read-only: the registry is opened with SQLite's ``mode=ro``, the audit chain
 and ledgers are only read, and Redis is only read (GET, HGETALL, LLEN, SCAN, PTTL).
 
 Reports are untrusted input: each is normalised field by field (``safe``), a file that cannot
 be read becomes a row saying why, and names from URLs are validated before they touch a path.
 Parsed reports are cached by (size, mtime, inode), so a page view of a 10,000-case run parses
-its JSON once, and the runs list reads only each report's head and tail (``safe.read_summary_fast``).
+its JSON once, and the runs list reads only each report's head (``safe.read_summary_fast``).
 """
 from __future__ import annotations
 
@@ -26,10 +25,10 @@ from .safe import BadRef
 
 # --- evalfarm internals (the only imports of evalfarm modules in evalfarm/dashboard/) -------------
 from ..ci.diff import compare_cases, diff_reports  # noqa: E402
-from ..ci.registry import BASELINE_PREFIX, DB_NAME  # noqa: E402
+from ..ci.registry import BASELINE_PREFIX, DB_NAME, result_of  # noqa: E402
 from ..core.report import SCHEMA as REPORT_SCHEMA  # noqa: E402
 from ..core.taxonomy import MODES as FAILURE_MODES  # noqa: E402
-from ..core.verdict import item_passed  # noqa: E402
+from ..core.verdict import item_passed, stopped  # noqa: E402
 from ..errors import EvalfarmError, UsageError  # noqa: E402,F401  (re-exported for cli.py)
 from ..redact import redact  # noqa: E402
 
@@ -50,7 +49,7 @@ def _farm():
     return QUEUES, PRIORITY_SEP, COST_SCALE, RUNS_INDEX, RedisStore
 
 
-# the layout of a state dir (evalfarm/artifacts.py, registry.py, ab/paths.py)
+# the layout of a state dir (ci/artifacts.py, ci/registry.py, ab/paths.py)
 RUNS = "runs"
 AB_REPORTS = ("reports", "eval_ab")
 AUDIT = "audit"
@@ -61,7 +60,7 @@ MAX_ARTIFACT_BYTES = 64 << 20
 OUTPUT_LIMIT = 200_000  # characters of one output shown on a page
 PAGE_MAX = 500
 HIST_BINS = 20
-VERDICTS = ("PASS", "FAIL", "NOTHING", "UNKNOWN")
+VERDICTS = ("PASS", "FAIL", "NOTHING", "PARTIAL", "UNKNOWN")  # PARTIAL: interrupted, or stopped by budget
 PASS_RATE_FIELDS = ("overall", "pass_rate", "golden_pass_rate", "judge_mean")
 THRESHOLD_OF = {"golden_pass_rate": "golden_pass_rate_min", "judge_mean": "judge_score_min",
                 "overall": "overall_score_min", "pass_rate": "pass_rate_min"}
@@ -115,13 +114,11 @@ def _figures(raw: Any) -> dict[str, Any]:
 
 
 def _verdict(raw: dict[str, Any]) -> str:
-    if raw.get("nothing_measured") is True:
-        return "NOTHING"
-    if raw.get("thresholds_passed") is True:
-        return "PASS"
-    if raw.get("thresholds_passed") is False:
-        return "FAIL"
-    return "UNKNOWN"
+    """The registry's one-word result (core.verdict decides it); UNKNOWN for a report that does not say."""
+    if not stopped(raw) and raw.get("nothing_measured") is not True and not isinstance(raw.get("thresholds_passed"),
+                                                                                       bool):
+        return "UNKNOWN"
+    return result_of(raw)
 
 
 def _summary(raw: Any, run_id: str) -> dict[str, Any]:

@@ -18,6 +18,8 @@ import threading
 import time
 from typing import Any, Sequence
 
+from ..envvars import env_float
+
 KEY_PREFIX = "ef:worker:"
 INTERVAL_S = 10.0
 TTL_S = 30
@@ -90,7 +92,7 @@ def _on_ready(sender=None, **_: Any) -> None:
     except AttributeError:
         queues = []
     pool = getattr(getattr(consumer, "controller", None), "concurrency", 0) or 0
-    interval = float(os.environ.get("EVALFARM_HEARTBEAT_S") or INTERVAL_S)
+    interval = env_float("EVALFARM_HEARTBEAT_S", INTERVAL_S, 0.1, 3600)
     try:
         _RUNNING.append(start(url, consumer.hostname, queues, int(pool), interval, max(int(interval * 3), 3)))
     except Exception as exc:  # noqa: BLE001 - presence is not worth a worker: warn and work on

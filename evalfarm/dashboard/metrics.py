@@ -1,12 +1,12 @@
 """Worker-side Prometheus metrics: what a worker process did, for the ops team's alerts.
 
-The engine and the worker call the functions below (the lead wires them in); ``evalfarm worker
---metrics-port N`` calls ``start_metrics_server(N)``. Everything lives in this module's own
+The engine reports to ``PrometheusObserver`` through ``engine/observe.py``; ``evalfarm worker
+--metrics-port N`` installs it and calls ``start_metrics_server(N)``. Everything lives in this module's own
 registry, so importing it twice or next to other collectors never clashes. Names follow the
 Prometheus conventions: counters end in ``_total``, durations are ``_seconds``, money ``_usd``.
 
     evalfarm_items_total{adapter,status,failure_mode}   status: passed | failed | errored
-    evalfarm_provider_latency_seconds{adapter}          histogram of adapter calls
+    evalfarm_provider_latency_seconds{adapter}          the answered request's round trip (waits apart)
     evalfarm_requests_in_flight{adapter}                gauge
     evalfarm_rate_limit_pauses_total{endpoint}          429 pauses started by this process
     evalfarm_rate_limit_pause_seconds_total{endpoint}   seconds of pause they asked for
@@ -17,18 +17,20 @@ Prometheus conventions: counters end in ``_total``, durations are ``_seconds``, 
 """
 from __future__ import annotations
 
-import contextlib
 import math
-from typing import Any, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from ..core.verdict import item_passed
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 ITEMS = Counter("evalfarm_items", "Items finished, by adapter, status (passed, failed, errored) and failure mode",
                 ["adapter", "status", "failure_mode"], registry=REGISTRY)
-LATENCY = Histogram("evalfarm_provider_latency_seconds", "Adapter (provider) call latency", ["adapter"],
+LATENCY = Histogram("evalfarm_provider_latency_seconds", "Provider latency: the answered request's round trip, "
+                    "slot waits, 429 pauses and retries apart (a failed call: its whole duration)", ["adapter"],
                     buckets=LATENCY_BUCKETS, registry=REGISTRY)
 IN_FLIGHT = Gauge("evalfarm_requests_in_flight", "Adapter calls in flight in this process", ["adapter"],
                   registry=REGISTRY)
@@ -63,10 +65,7 @@ def status_of(outcome: dict[str, Any]) -> str:
     """errored (nothing measured), passed or failed: the item's verdict, as the report counts it."""
     if outcome.get("error"):
         return "errored"
-    verdict = outcome.get("passed")
-    if verdict is None:
-        verdict = outcome.get("golden_passed")
-    return "passed" if verdict else "failed"
+    return "passed" if item_passed(outcome) else "failed"
 
 
 def record_outcome(outcome: dict[str, Any]) -> None:
@@ -88,20 +87,9 @@ def record_outcome(outcome: dict[str, Any]) -> None:
 
 
 def observe_call(adapter: str, seconds: float) -> None:
-    """One adapter call's latency (the engine times ``adapter.complete``)."""
+    """One adapter call's latency (engine.observe.calling says which figure)."""
     if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0:
         LATENCY.labels(_label(adapter)).observe(seconds)
-
-
-@contextlib.contextmanager
-def in_flight(adapter: str) -> Iterator[None]:
-    """``with in_flight(adapter): await adapter.complete(...)``: the gauge counts calls under way."""
-    gauge = IN_FLIGHT.labels(_label(adapter))
-    gauge.inc()
-    try:
-        yield
-    finally:
-        gauge.dec()
 
 
 def record_pause(endpoint: str, seconds: float) -> None:

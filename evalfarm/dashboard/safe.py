@@ -110,10 +110,10 @@ def int_map(value: Any) -> dict[str, int]:
 
 
 # --- fast report summaries ---------------------------------------------------------------------------
-# evalfarm writes reports with json.dumps(indent=2) in RunReport field order: the summary fields,
-# then "outcomes" (the bulk), then "cost", times and schema. At indent 2 only top-level keys start
-# a line with exactly two spaces and a quote, so the summary is the head before the outcomes plus the
-# tail from "cost": a 10,000-case report lists without parsing 10,000 outcomes. Anything else
+# evalfarm writes a report as its head (every summary field, cost and times included), then the
+# "outcomes" (the bulk), then the "prompts" section. At indent 2 only top-level keys start a line
+# with exactly two spaces and a quote, so the summary is the head before the outcomes: a
+# 10,000-case report lists without parsing 10,000 outcomes. Anything else
 # (another layout, a hand-edited file) falls back to a full parse.
 _OUTCOMES_KEY = b'\n  "outcomes": '
 HEAD_LIMIT = 32 << 20

@@ -80,8 +80,11 @@ class Engine:
             out.skipped = SKIPPED_BUDGET
             return out
         try:
-            with guarding(self.budget), calling(item.adapter, time.perf_counter):
+            with guarding(self.budget), calling(item.adapter, time.perf_counter) as observed:
                 completion, out.cached = await self._complete(item, self.adapters[item.adapter])
+                observed["cached"], call_ms = out.cached, completion.meta.get("call_ms")
+                if isinstance(call_ms, (int, float)) and call_ms > 0:
+                    observed["seconds"] = call_ms / 1000.0
         except InfrastructureError:
             raise
         except BudgetExhausted:  # reached while this call waited for a slot or a retry: it was not sent

@@ -50,17 +50,23 @@ def pause(endpoint: str, seconds: float) -> None:
 
 
 @contextlib.contextmanager
-def calling(adapter: str, clock) -> Iterator[None]:
-    """Around one adapter call: in flight while it runs, its duration when it ends."""
+def calling(adapter: str, clock) -> Iterator[dict[str, Any]]:
+    """Around one adapter call: in flight while it runs, its latency when it ends. The caller puts
+    the answered request's own round trip in the yielded dict (``seconds``: slot waits, 429 pauses
+    and retries apart, the figure the report's latency is) or ``cached`` (no call was made); else
+    the whole call's duration counts (a failed call)."""
+    box: dict[str, Any] = {}
     if not OBSERVERS:
-        yield
+        yield box
         return
     for obs in OBSERVERS:
         obs.in_flight(adapter, 1)
     started = clock()
     try:
-        yield
+        yield box
     finally:
+        seconds = box.get("seconds") or clock() - started
         for obs in OBSERVERS:
             obs.in_flight(adapter, -1)
-            obs.call(adapter, clock() - started)
+            if not box.get("cached"):
+                obs.call(adapter, seconds)

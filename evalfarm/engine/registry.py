@@ -67,7 +67,11 @@ class _Table:
             return getattr(importlib.import_module(module), attr)
         ep = self._entry_points().get(name)
         if ep is not None:
-            return ep.load()
+            try:
+                return ep.load()
+            except Exception as exc:  # a broken plug-in is the plug-in's fault: say whose, in one line
+                raise UnknownPlugin(f"{self.kind} {name!r}: its plug-in ({ep.value}) failed to load: "
+                                    f"{type(exc).__name__}: {exc}") from None
         raise UnknownPlugin(f"unknown {self.kind} {name!r}; available: {', '.join(self.names())}")
 
     def names(self) -> list[str]:
@@ -107,4 +111,10 @@ def load_plugins() -> None:
     """Import the modules named in EVALFARM_PLUGINS (comma-separated): they register adapters and
     judges. The coordinator and every worker must load the same plug-ins."""
     for name in filter(None, (m.strip() for m in os.environ.get("EVALFARM_PLUGINS", "").split(","))):
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            raise
+        except Exception as exc:  # the plug-in's own error (syntax, a failing import-time check)
+            where = f" ({exc.filename}:{exc.lineno})" if isinstance(exc, SyntaxError) else ""
+            raise ImportError(f"{type(exc).__name__}{where}: {exc}", name=name) from None

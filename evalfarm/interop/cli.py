@@ -17,8 +17,11 @@ from typing import Any
 import click
 import yaml
 
-from ._compat import (EvalfarmError, SpecError, UsageError, atomic_write, load_report, load_spec, open_spec,
-                      resolve_ref, state_dir_option, write_stream)
+from ..ci.artifacts import atomic_write, load_report, write_stream
+from ..ci.registry import resolve_ref
+from ..cli.options import state_dir_option
+from ..errors import EvalfarmError, SpecError, UsageError
+from ..spec.load import load_spec, open_spec
 
 
 # ---- import ------------------------------------------------------------------------------------
@@ -158,7 +161,8 @@ def _safe_name(text: str) -> str:
 @click.option("--adapter", help="Which adapter's log (an Inspect log holds one model); needed when the run has "
                                 "several and -o is a file.")
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="The run's spec: adds each sample's input text (the report stores outputs, not inputs).")
+              help="The run's spec: inputs and targets from it instead of the report's prompts section "
+                   "(for reports written before reports carried one).")
 @state_dir_option
 def export_inspect(run: str, output: Path, adapter: str | None, spec_path: Path | None, state_dir: Path) -> None:
     """An Inspect AI eval log (JSON) that inspect_ai.log.read_eval_log reads: samples with input,

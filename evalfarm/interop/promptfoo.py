@@ -21,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from ._compat import SpecError, dotted, line_for, load_yaml, read_text
+from ..errors import SpecError
+from ..spec.sourcemap import dotted, line_for, load_yaml, read_text
 from .promptfoo_asserts import Refused, map_assert
 from .template import TemplateUnsupported, is_partial, line_of, prepare_vars, render, render_prompt, variables
 

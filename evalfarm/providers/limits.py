@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable, Protocol
 
+from ..envvars import env_int
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -39,7 +41,7 @@ def set_process_cap(cap: int | None) -> None:
 
 
 def process_in_flight() -> int:
-    return _PROCESS_CAP or int(os.environ.get("EVALFARM_MAX_IN_FLIGHT", "64"))
+    return _PROCESS_CAP or env_int("EVALFARM_MAX_IN_FLIGHT", 64, 1, 100000)
 
 
 class Gcra:

@@ -24,6 +24,7 @@ from ..spec.load import SpecFile
 from ..spec.models import Criterion, EvalSpec, JsonCheck, JudgeSpec, PromptSpec, Thresholds
 from ..spec.source import PromptSource
 from . import ci_steps
+from .ci_steps import expect
 
 
 class NetworkUsed(RuntimeError):
@@ -126,39 +127,39 @@ def steps() -> list[tuple[str, Callable[[], None]]]:
     def taxonomy(mode: str) -> Callable[[], None]:
         def check() -> None:  # the collapsed run has one item of every failure mode
             modes = {o["prompt_id"]: o["failure_mode"] for o in collapsed_run()["outcomes"]}
-            assert mode in modes.values(), f"no item classified {mode!r}: {modes}"
+            expect(mode in modes.values(), f"no item classified {mode!r}: {modes}")
         return check
 
     def truncation() -> None:
         r = collapsed_run()
         modes = {o["prompt_id"]: o["failure_mode"] for o in r["outcomes"]}
-        assert modes["hello"] == "truncation", modes
+        expect(modes["hello"] == "truncation", modes)
 
     def refusal() -> None:
         modes = {o["prompt_id"]: o["failure_mode"] for o in collapsed_run()["outcomes"]}
-        assert modes["story"] == "refusal", modes
+        expect(modes["story"] == "refusal", modes)
 
     def format_error() -> None:
         modes = {o["prompt_id"]: o["failure_mode"] for o in collapsed_run()["outcomes"]}
-        assert modes["triage"] == "format_error", modes
+        expect(modes["triage"] == "format_error", modes)
 
     def runtime_error() -> None:
         r = collapsed_run()
         fig = r["per_adapter"]["scripted"]
-        assert fig["errors"] == 1 and fig["measured"] == 4 and fig["failure_modes"]["runtime_error"] == 1, fig
+        expect(fig["errors"] == 1 and fig["measured"] == 4 and fig["failure_modes"]["runtime_error"] == 1, fig)
 
     def weighted_criteria() -> None:
         r = _run(_spec(CASES[:1]), {"scripted": ScriptedAdapter("scripted", GOOD)},
                  LLMJudge(judge_spec, scripted_judge_transport(fail_ids={"grounded"})))
         o = r["outcomes"][0]
-        assert abs(o["judge_score"] - 0.75) < 1e-9, o["judge_score"]  # (3*1 + 1*0) / 4
-        assert [c["id"] for c in o["judge_criteria"]] == ["valid_json", "grounded"]
+        expect(abs(o["judge_score"] - 0.75) < 1e-9, o["judge_score"])  # (3*1 + 1*0) / 4
+        expect([c["id"] for c in o["judge_criteria"]] == ["valid_json", "grounded"])
 
     def judge_garbage() -> None:
         r = _run(_spec(CASES[:1]), {"scripted": ScriptedAdapter("scripted", GOOD)},
                  LLMJudge(judge_spec, scripted_judge_transport(garbage=True)))
         o = r["outcomes"][0]
-        assert o["error"]["stage"] == "judge" and o["failure_mode"] == "runtime_error", o
+        expect(o["error"]["stage"] == "judge" and o["failure_mode"] == "runtime_error", o)
 
     def retry_after() -> None:
         waits: list[float] = []
@@ -173,8 +174,8 @@ def steps() -> list[tuple[str, Callable[[], None]]]:
         async def fake_sleep(s: float) -> None:
             waits.append(s)
 
-        assert asyncio.run(with_retries(flaky, RetryPolicy(), sleep=fake_sleep)) == "ok"
-        assert len(waits) == 2 and all(2.0 <= w <= 2.2 for w in waits), waits
+        expect(asyncio.run(with_retries(flaky, RetryPolicy(), sleep=fake_sleep)) == "ok")
+        expect(len(waits) == 2 and all(2.0 <= w <= 2.2 for w in waits), waits)
 
     def permanent_not_retried() -> None:
         calls = {"n": 0}
@@ -187,17 +188,17 @@ def steps() -> list[tuple[str, Callable[[], None]]]:
             asyncio.run(with_retries(denied, RetryPolicy(), sleep=lambda s: asyncio.sleep(0)))
         except AuthError:
             pass
-        assert calls["n"] == 1, calls
+        expect(calls["n"] == 1, calls)
 
     def nothing_measured() -> None:
         r = _run(_spec(CASES, judge=False), {"scripted": ScriptedAdapter("scripted", {
             c.id: ServerError("HTTP 500", 500) for c in CASES})})
-        assert r["nothing_measured"] and not r["thresholds_passed"], r["per_adapter"]
+        expect(r["nothing_measured"] and not r["thresholds_passed"], r["per_adapter"])
 
     def good_run_passes() -> None:
         r = _run(_spec(CASES, golden_pass_rate_min=0.75), {"scripted": ScriptedAdapter("scripted", GOOD)},
                  LLMJudge(judge_spec, scripted_judge_transport()))
-        assert r["thresholds_passed"] and r["per_adapter"]["scripted"]["pass_rate"] == 1.0, r["threshold_failures"]
+        expect(r["thresholds_passed"] and r["per_adapter"]["scripted"]["pass_rate"] == 1.0, r["threshold_failures"])
 
     out = [(f"taxonomy has {m!r}", taxonomy(m)) for m in MODES]
     out += [("truncation detected from finish_reason", truncation), ("refusal detected from the reply", refusal),

@@ -12,6 +12,13 @@ from ..ci.gate import evaluate
 from ..ci.registry import Registry, baseline_report
 from ..spec.models import Thresholds
 
+
+def expect(ok: Any, detail: Any = "") -> None:
+    """A selftest check that holds under ``python -O`` too (an ``assert`` would vanish there)."""
+    if not ok:
+        raise AssertionError(detail)
+
+
 Step = tuple[str, Callable[[], None]]
 
 
@@ -30,11 +37,11 @@ def steps(collapsed_run: Callable[[], dict], good_run: Callable[[], dict]) -> li
 
     def gate_passes_a_good_run() -> None:
         result = evaluate(good(), Thresholds(golden_pass_rate_min=0.75))
-        assert result.exit_code == 0, result.lines()
+        expect(result.exit_code == 0, result.lines())
 
     def gate_fails_a_collapsed_run() -> None:
         result = evaluate(bad(), Thresholds(golden_pass_rate_min=0.75))
-        assert result.exit_code == 1 and [b.name for b in result.brakes if b.failed] == ["floor"], result.lines()
+        expect(result.exit_code == 1 and [b.name for b in result.brakes if b.failed] == ["floor"], result.lines())
 
     def baseline_round_trip() -> None:
         with tempfile.TemporaryDirectory(prefix="evalfarm-selftest-state-") as d:
@@ -43,21 +50,21 @@ def steps(collapsed_run: Callable[[], dict], good_run: Callable[[], dict]) -> li
             reg.record(good(), json_path)
             reg.promote("main", good(), json_path)
             found = baseline_report("main", d)
-            assert found is not None and found[1]["run_id"] == good()["run_id"], found
+            expect(found is not None and found[1]["run_id"] == good()["run_id"], found)
 
     def regressions_brake_against_baseline() -> None:
         result = evaluate(bad(), Thresholds(max_regressions=0), baseline=good(), baseline_name="main")
         regressions = next(b for b in result.brakes if b.name == "regressions")
-        assert regressions.failed and result.exit_code == 1, result.lines()
+        expect(regressions.failed and result.exit_code == 1, result.lines())
 
     def diff_classifies_cases() -> None:
         cases = compare_cases(good(), bad())
-        assert cases["counts"]["regressed"] == 4 and cases["counts"]["unmeasured"] == 1, cases["counts"]
-        assert cases["mcnemar"]["p_value"] is not None
+        expect(cases["counts"]["regressed"] == 4 and cases["counts"]["unmeasured"] == 1, cases["counts"])
+        expect(cases["mcnemar"]["p_value"] is not None)
 
     def nothing_measured_gate_exits_3() -> None:
         run = dict(bad(), nothing_measured=True)
-        assert evaluate(run, Thresholds()).exit_code == 3
+        expect(evaluate(run, Thresholds()).exit_code == 3)
 
     return [("gate passes a good run", gate_passes_a_good_run),
             ("gate exits 1 on a collapsed run", gate_fails_a_collapsed_run),

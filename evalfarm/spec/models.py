@@ -271,7 +271,7 @@ class Thresholds(_Model):
     # quality rates count measured items only, so a run where most items errored could still "pass":
     # above this share of runtime errors an adapter fails its thresholds (null turns the check off)
     max_error_rate: float | None = Field(default=0.5, ge=0.0, le=1.0)
-    # the gate's brakes against a baseline (evalfarm/gate.py): the overall score may fall at most
+    # the gate's brakes against a baseline (ci/gate.py): the overall score may fall at most
     # max_drop below the baseline's (unset: not checked); at most max_regressions cases that passed
     # in the baseline may fail now
     max_drop: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -309,7 +309,7 @@ class EvalSpec(_Model):
     judge: JudgeSpec | None = None
     thresholds: Thresholds = Field(default_factory=Thresholds)
     trials: int = Field(default=1, ge=1, le=1000)
-    prompt: str | None = Field(default=None, min_length=1)  # NAME or NAME@VERSION in prompts/ (prompt_store.py)
+    prompt: str | None = Field(default=None, min_length=1)  # NAME or NAME@VERSION in prompts/ (spec/prompts.py)
     workspace: Workspace | None = None  # spawn mode: the repo and commit agents work in
     # USD the run may spend (model + judge); --max-cost wins. Not part of the spec hash: a budget
     # decides how much is measured, not what a result means

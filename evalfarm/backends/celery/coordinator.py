@@ -18,7 +18,7 @@ import redis
 
 from ...core.plan import store_rows
 from ...engine.items import Engine
-from ...errors import EXIT_INTERNAL, EvalfarmError, FarmError, InfrastructureError
+from ...errors import EXIT_INTERNAL, EvalfarmError, FarmError, InfrastructureError, Interrupted
 from ...redact import redact
 from ..base import Plan, ProgressFn
 from ..finalize import run_ttl_s
@@ -190,6 +190,10 @@ class CeleryBackend:
             ok, state = self.store.transition(run_id, "running", ("dispatching",))
             if not ok:
                 raise self.stopped_error(run_id, state)
+        except KeyboardInterrupt:
+            raise Interrupted(f"interrupted while dispatching run {run_id} ({sent:,} batches sent, they run on): "
+                              f"'evalfarm resume {run_id}' sends the rest, 'evalfarm cancel {run_id}' stops "
+                              "it") from None
         except Exception as exc:
             if any(is_oom(e) for e in causes(exc)):
                 raise FarmError(f"Redis ran out of memory while dispatching run {run_id} ({sent:,} batches sent): "

@@ -68,5 +68,7 @@ def async_client(url: str):
     client = _ASYNC_CLIENTS.get(key)
     if client is None:
         plain, tls = split_tls(url)
-        client = _ASYNC_CLIENTS[key] = aredis.Redis.from_url(plain, **tls)
+        client = _ASYNC_CLIENTS[key] = aredis.Redis.from_url(
+            plain, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S, socket_keepalive=True,
+            socket_keepalive_options=KEEPALIVE, **tls)
     return client

@@ -227,7 +227,7 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
 
     outcomes, failed = _split(WORKER_LOOP.run(batch) if items else [])
     if progress is None:
-        needs_judge = [o for o in outcomes if o.error is None]
+        needs_judge = [o for o in outcomes if o.error is None and not o.skipped]  # budget-skipped: nothing to judge
         judged_ids = {id(o) for o in needs_judge}
         final = [engine.decide(o) for o in outcomes if id(o) not in judged_ids]
         if needs_judge or pending:
