@@ -33,8 +33,9 @@ redis-server:
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server; \
 	else echo "make test needs redis-server on PATH: apt install redis-server (or brew install redis)"; exit 2; fi
 
+# BEFORE=DIR: a checkout of an earlier commit with its own .venv, timed side by side (bench/whole.py)
 bench: venv
-	$(BIN)/python bench/bench.py
+	$(BIN)/python bench/bench.py --json bench/results.json $(if $(BEFORE),--before $(BEFORE))
 
 clean:
 	rm -rf $(VENV) .evalfarm .pytest_cache
