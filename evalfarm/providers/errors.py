@@ -34,6 +34,10 @@ class ClientError(ProviderError):
     """400/404/422...: the request itself is wrong."""
 
 
+class CertificateError(ProviderError):
+    """The server's TLS certificate is not trusted (or not its name's): retrying does not change it."""
+
+
 class BadResponse(ProviderError):
     """A 200 whose body is not a chat completion."""
 

@@ -14,9 +14,11 @@ import atexit
 from dataclasses import dataclass
 
 import httpx
-from httpx_aiohttp import AiohttpTransport
 
+from . import aio  # noqa: F401  (first: aiohttp without its unused import-time TLS contexts)
 from .limits import process_in_flight
+
+from httpx_aiohttp import AiohttpTransport  # noqa: E402  (imports aiohttp)
 
 _TRANSPORTS: dict[tuple[int, str], tuple[asyncio.AbstractEventLoop, AiohttpTransport]] = {}
 

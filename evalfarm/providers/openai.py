@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import httpx
 
 from ..engine import observe
@@ -21,7 +20,8 @@ from ..engine.judges import LLMJudge
 from ..redact import redact, register_secret_env
 from ..spec.models import AdapterSpec, JudgeSpec, Price, PromptSpec
 from .access import key_for
-from .errors import BadResponse, ClientError, ProviderError, TransportError, error_for_status
+from .aio import aiohttp
+from .errors import BadResponse, CertificateError, ClientError, ProviderError, TransportError, error_for_status
 from .http import close_current, post
 from .limits import Limiter, Limits, endpoint_id, limiter_for
 from .quota import exhausted_now, is_quota, refuse_if_exhausted
@@ -71,11 +71,16 @@ def cost_of(price: Price | None, tokens_in: int, tokens_out: int) -> float:
     return (tokens_in * price.input + tokens_out * price.output) / 1_000_000
 
 
-def _dropped(exc: BaseException, url: str) -> TransportError | None:
+def _dropped(exc: BaseException, url: str) -> ProviderError | None:
     """What an aiohttp error under httpx's mapping really was: httpx-aiohttp maps every aiohttp
-    connection error to ConnectTimeout, but a server that closed the connection is not a refused
-    connection, and the user must look at the server, not the network."""
+    connection error to ConnectTimeout, but a server that closed the connection, or whose TLS
+    certificate is not trusted, is not a refused connection: the user must look elsewhere."""
     cause = exc.__cause__
+    if isinstance(cause, (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError)):
+        why = getattr(cause, "certificate_error", None) or cause
+        return CertificateError(f"TLS: {url} presented a certificate this host does not trust "
+                                f"({redact(str(why))[:300]}); if the server is yours, point SSL_CERT_FILE at the "
+                                "CA bundle that signed it")
     if isinstance(cause, aiohttp.ServerDisconnectedError):
         return TransportError(f"connection closed by the server at {url} before it answered (the request was "
                               "sent; look at the server's logs)")
