@@ -31,7 +31,7 @@ def suite(tmp: Path, n: int, url: str) -> Path:
     return tmp / "w.yaml"
 
 
-def timed(cmd: list[str], env: dict[str, str], cwd: Path, repeat: int = 3) -> float:
+def timed(cmd: list[str], env: dict[str, str], cwd: Path, repeat: int = 5) -> float:
     """Best of ``repeat`` wall times of the whole command (the machine is noisy: the best is the code's)."""
     best = float("inf")
     for _ in range(repeat):
