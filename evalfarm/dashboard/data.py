@@ -1,4 +1,5 @@
-"""The dashboard's one door into evalfarm: every import of an evalfarm module is in this file.
+"""The pages' one door into evalfarm: every evalfarm module the server's pages use is imported here
+(the worker-side metrics.py and heartbeat.py import their own).
 
 Everything here is read-only: the registry is opened with SQLite's ``mode=ro``, the audit chain
 and ledgers are only read, and Redis is only read (GET, HGETALL, LLEN, SCAN, PTTL).
@@ -770,14 +771,10 @@ class State:
 
 
 def redis_client(url: str):
-    """A redis-py client for the farm's Redis (rediss:// verified like the farm does); it fails
-    fast (no 30 s of retries as the run store does) so a page or a heartbeat never hangs."""
-    import redis
+    """A redis-py client for the farm's Redis that fails fast, so a page never hangs."""
+    from ..backends.celery.redis_tls import fail_fast_client
 
-    from ..backends.celery.redis_tls import split_tls
-
-    plain, tls = split_tls(url)
-    return redis.Redis.from_url(plain, socket_connect_timeout=2, socket_timeout=3, retry_on_timeout=False, **tls)
+    return fail_fast_client(url)
 
 
 def check_broker(url: str | None) -> str | None:

@@ -34,7 +34,7 @@ class Heartbeat:
 
     def __init__(self, url: str, name: str, queues: Sequence[str] = (), concurrency: int = 0,
                  interval_s: float = INTERVAL_S, ttl_s: int = TTL_S) -> None:
-        from .data import redis_client
+        from ..backends.celery.redis_tls import fail_fast_client as redis_client
 
         if ttl_s <= interval_s:
             raise ValueError("the TTL must outlive the interval, or a live worker would blink out")
@@ -98,7 +98,7 @@ def _on_ready(sender=None, **_: Any) -> None:
     except Exception as exc:  # noqa: BLE001 - presence is not worth a worker: warn and work on
         import logging
 
-        from .data import redact
+        from ..redact import redact
         logging.getLogger("evalfarm.heartbeat").warning("heartbeat disabled: %s", redact(str(exc)))
 
 

@@ -138,7 +138,7 @@ def sample_queues(redis_url: str, pools: dict[str, tuple[str, ...]], interval_s:
     import threading
     import time
 
-    from .data import redis_client
+    from ..backends.celery.redis_tls import fail_fast_client as redis_client
 
     client = redis_client(redis_url)
 

@@ -72,3 +72,13 @@ def async_client(url: str):
             plain, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S, socket_keepalive=True,
             socket_keepalive_options=KEEPALIVE, **tls)
     return client
+
+
+def fail_fast_client(url: str):
+    """A redis-py client for readers that must not hang (the dashboard's pages, a worker's heartbeat):
+    rediss:// verified like the farm's, 2 s to connect, 3 s a command, no retries (the run store
+    retries for 30 s)."""
+    import redis
+
+    plain, tls = split_tls(url)
+    return redis.Redis.from_url(plain, socket_connect_timeout=2, socket_timeout=3, retry_on_timeout=False, **tls)
