@@ -166,15 +166,26 @@ def test_a_spawn_suite_and_a_spec_plan_the_same_items_and_the_check_decides(tmp_
     assert_clean(repo, tmp_path / "spawn")
 
 
-def test_patches_go_beside_the_report_in_the_state_dir(tmp_path, repo):
-    """Without EVALFARM_BLOB_DIR an in-process run keeps its patches in its --state-dir (not ./.evalfarm)."""
-    spec = write_spec(tmp_path / "spec.yaml", repo, [{"id": "fixed", "text": "ok", "check": "true"}])
+def test_patches_and_ledger_rows_go_to_the_state_dir(tmp_path, repo):
+    """Without EVALFARM_BLOB_DIR an in-process run keeps its patches in its --state-dir (not ./.evalfarm),
+    and a saved run appends one spend-ledger row per agent item there (STATE/cost/ledger.jsonl), once."""
+    spec = write_spec(tmp_path / "spec.yaml", repo, [{"id": "fixed", "text": "ok", "check": "true"},
+                                                     {"id": "broken", "text": "ok", "check": "false"}])
     state = tmp_path / "elsewhere"
     res = run_cli("run", str(spec), "--json", "--state-dir", str(state), cwd=tmp_path, timeout=180,
                   **{**spawn_env(tmp_path), "EVALFARM_BLOB_DIR": ""})
-    assert res.returncode == 0, res.stderr
-    digest = report_of(res)["outcomes"][0]["agent"]["diff"]["patch_sha256"]
+    assert res.returncode in (0, 1), res.stderr
+    report = report_of(res)
+    digest = report["outcomes"][0]["agent"]["diff"]["patch_sha256"]
     assert (state / "blobs" / f"{digest}.patch").is_file() and not (tmp_path / ".evalfarm").exists()
+    rows = [json.loads(line) for line in (state / "cost" / "ledger.jsonl").read_text().splitlines()]
+    assert [(r["run_id"], r["item"], r["prompt_id"], r["passed"]) for r in rows] == [
+        (report["run_id"], o["key"], o["prompt_id"], o["passed"]) for o in report["outcomes"]]
+    for row, o in zip(rows, report["outcomes"]):
+        assert (row["input_tokens"], row["output_tokens"], row["cost_usd"]) == (o["input_tokens"], o["output_tokens"],
+                                                                                o["cost_usd"])
+        assert row["agent"] == "command" and row["patch_sha256"] == o["agent"]["diff"]["patch_sha256"]
+        assert row["check_exit"] == o["agent"]["check"]["exit_code"] and row["source"] == "run"
     assert_clean(repo, tmp_path / "spawn")
 
 

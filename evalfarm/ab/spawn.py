@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..agents.adapter import AgentAdapter
+from ..agents.ledger import agent_fields
 from ..agents.repos import is_url
 from ..errors import SpecError, UsageError
 from ..spec.models import AdapterSpec, Price
@@ -136,21 +137,7 @@ class SpawnExecutor(_RowWriter):
     def row_for(self, run: ArmRun, plan_id: str) -> dict[str, Any]:
         row = super().row_for(run, plan_id)
         o = run.outcome
-        info = o.get("agent") or {}
-        measured = o.get("error") is None
-        if measured and info.get("cost_source") is None:
+        if o.get("error") is None and (o.get("agent") or {}).get("cost_source") is None:
             row["cost_usd"] = None  # neither the agent nor a price said what it cost
-        diff = info.get("diff") or {}
-        check = info.get("check") or {}
-        row.update({
-            "agent": info.get("agent"), "agent_version": info.get("version"), "role": self.role,
-            "models": info.get("models"), "model_pin_ok": info.get("model_pin_ok"),
-            "turns": info.get("turns") if measured else None,
-            "tool_calls": info.get("tool_calls") if measured else None,
-            "wall_s": info.get("wall_s"), "cost_source": info.get("cost_source") if measured else None,
-            "diff_files": diff.get("files") if measured else None,
-            "diff_lines": (diff["insertions"] + diff["deletions"]) if measured and diff else None,
-            "patch_sha256": diff.get("patch_sha256"), "check_exit": check.get("exit_code"),
-            "error_message": (o.get("error") or {}).get("message") if not measured else None,
-        })
+        row.update({**agent_fields(o), "role": self.role})
         return row

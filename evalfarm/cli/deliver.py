@@ -53,6 +53,16 @@ def _stored_report(store: RunStore, run_id: str) -> dict[str, Any]:
     return report
 
 
+def _ledger(store: RunStore, run_id: str, summary: dict[str, Any], state_dir: Path) -> None:
+    """One spend-ledger row per agent item (``STATE/cost/ledger.jsonl``, the ledger ``ab`` writes too)."""
+    from ..ab.ledger import append_rows
+    from ..agents.ledger import run_rows
+
+    rows = run_rows(run_id, summary.get("spec_name"), _stored_report(store, run_id)["outcomes"])
+    if rows:
+        append_rows(Path(state_dir) / "cost" / "ledger.jsonl", rows)
+
+
 def finish(store: RunStore, run_id: str, state_dir: Path, no_save: bool, as_json: bool, output: Path | None,
            thresholds: Thresholds | None = None, prompt_info: dict[str, Any] | None = None,
            ci: dict[str, Any] | None = None) -> int:
@@ -76,6 +86,8 @@ def finish(store: RunStore, run_id: str, state_dir: Path, no_save: bool, as_json
                 if info.get("source_run") else None  # a re-scored run: whose outputs it scored
             json_path, md_path = save_report_stream(summary, store.iter_report(run_id), state_dir, markdown, lineage)
             paths += [str(json_path), str(md_path)]
+            if summary.get("workspace") and not info.get("source_run"):  # agents ran: their spend in the ledger
+                _ledger(store, run_id, summary, state_dir)
     if as_json:
         for chunk in store.iter_report(run_id):
             sys.stdout.buffer.write(chunk)
