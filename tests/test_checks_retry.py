@@ -42,6 +42,24 @@ def test_each_check_kind():
     assert verdicts([{"kind": "json"}], '```json\n{"a": 1}\n```')[0][0]
 
 
+def test_contains_json_finds_objects_inside_prose():
+    prose = 'Sure. {"colour": "yellow", "count": 3} and {"size": "L"} {not json} {"a": [1, {"b": 2}]} [1, 2]'
+    size = {"type": "object", "required": ["size"]}
+    assert verdicts([{"kind": "contains_json"}], prose)[0] == (True, "3 JSON object(s) in the output")
+    assert verdicts([{"kind": "contains_json", "schema": size}], prose)[0] == \
+        (True, "a JSON object matching the schema among 3 found")
+    assert verdicts([{"kind": "contains_json", "schema": {"type": "object", "required": ["nope"]}}], prose)[0] == \
+        (False, "no JSON object matching the schema among 3 found")
+    assert verdicts([{"kind": "contains_json", "absent": True, "schema": size}], prose)[0][0] is False
+    assert verdicts([{"kind": "contains_json"}], "a list [1, 2] and {broken: json} are no objects")[0] == \
+        (False, "no JSON object in the output")
+    assert verdicts([{"kind": "contains_json", "absent": True}], "plain text")[0][0] is True
+    assert verdicts([{"kind": "contains_json"}], '{"cut": "short')[0][0] is False  # strict JSON only
+    assert verdicts([{"kind": "contains_json"}], "{" * 200_000)[0][0] is False  # bounded work on hostile output
+    with pytest.raises(ValueError, match="not a valid JSON schema"):
+        PromptSpec(id="x", text="t", checks=[{"kind": "contains_json", "schema": {"type": 5}}])
+
+
 def test_case_file_errors_name_file_line_field(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("id: a\ninput: hi\ncriteria:\n  - id: x\n    weight: -1\n    description: d\n")

@@ -80,7 +80,8 @@ def test_promptfoo_init_example_is_refused_then_imported_and_run(promptfoo_cli, 
     errors = one_line_errors(refused.stderr)
     assert errors[0] == (f"evalfarm: error: {config}:{js_line}: tests[1].assert[1]: assertion type 'javascript' is "
                          "not supported by the importer (supported: contains, icontains, equals, regex, is-json, "
-                         "starts-with, contains/icontains-all/-any, llm-rubric and their not- forms)")
+                         "contains-json, starts-with, contains/icontains-all/-any, llm-rubric and their not- "
+                         "forms)")
     assert len(errors) == 2 and "nothing written" in errors[1]
     assert not out.exists() and refused.stdout == ""
 
@@ -142,7 +143,7 @@ def test_promptfoo_and_evalfarm_agree_on_every_assertion(promptfoo_cli, provider
     where = {(v["test_index"], v["prompt_index"]): (pid, v) for pid, v in result.items.items()}
     pf_results = json.loads((work / "pf.json").read_text())["results"]["results"]
     ef = {(o["adapter"], o["prompt_id"]): o for o in json.loads((work / "ef.json").read_text())["outcomes"]}
-    assert len(pf_results) == len(ef) == 30
+    assert len(pf_results) == len(ef) == 36
 
     compared, passed, mismatches, types = 0, 0, [], set()
     for r in pf_results:
@@ -162,12 +163,13 @@ def test_promptfoo_and_evalfarm_agree_on_every_assertion(promptfoo_cli, provider
                 mismatches.append((adapter, pid, mapped["type"], r["response"]["output"], component["pass"], group))
         assert pos == len(outcome["checks"])
         assert r["success"] == outcome["passed"], (adapter, pid)
+    print(f"\npromptfoo vs evalfarm: {compared} assertions compared ({passed} passed), {len(mismatches)} disagree")
     assert mismatches == []
     # both outcomes occur: the comparison can fail either way
-    assert compared == 180 and 0 < passed < compared
+    assert compared == 222 and 0 < passed < compared
     assert types == {"contains", "icontains", "starts-with", "not-starts-with", "regex", "not-regex", "equals",
                      "not-equals", "contains-any", "icontains-all", "not-contains-all", "not-icontains-any",
-                     "contains-all", "is-json", "not-contains", "not-icontains"}
+                     "contains-all", "is-json", "not-contains", "not-icontains", "contains-json", "not-contains-json"}
 
 
 def test_refusals_name_file_and_line_and_never_the_key(tmp_path):
@@ -182,7 +184,7 @@ def test_refusals_name_file_and_line_and_never_the_key(tmp_path):
     assert where == [f"{config}:11", f"{config}:7", f"{config}:9", f"{src / 'prompts' / 'fancy.txt'}:3",
                      f"{config}:4", f"{config}:26", f"{config}:33", f"{config}:18", f"{config}:20",
                      f"{config}:21", f"{config}:35"]
-    assert "'javascript'" in errors[7] and "contains_json" in errors[8] and "'similar'" in errors[9]
+    assert "'javascript'" in errors[7] and "'is-valid-openai-tools-call'" in errors[8] and "'similar'" in errors[9]
     assert "negate" in errors[10] and "threshold" in errors[5] and "apiKeyEnvar" in errors[2]
     assert errors[-1].endswith("11 unsupported feature(s) listed above; nothing written (--skip-unsupported "
                                "drops them)")

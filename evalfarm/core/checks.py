@@ -42,6 +42,34 @@ def parse_json_object(output: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def embedded_json_objects(output: str, limit: int = 100, tries: int = 10_000) -> list[dict[str, Any]]:
+    """The JSON objects found in ``output`` left to right, prose around them allowed: at each ``{``
+    the valid object starting there (a found object is skipped whole, as promptfoo does). At most
+    ``tries`` starting points, so an adversarial output cannot make a check quadratic."""
+    decoder = json.JSONDecoder()
+    found: list[dict[str, Any]] = []
+    i = output.find("{")
+    while i != -1 and len(found) < limit and tries > 0:
+        tries -= 1
+        try:
+            value, end = decoder.raw_decode(output, i)
+        except (ValueError, RecursionError):
+            end = i + 1
+        else:
+            if isinstance(value, dict):
+                found.append(value)
+            else:
+                end = i + 1
+        i = output.find("{", end)
+    return found
+
+
+def _schema_errors(schema: dict[str, Any], value: Any) -> list:
+    import jsonschema
+
+    return sorted(jsonschema.validators.validator_for(schema)(schema).iter_errors(value), key=lambda e: list(e.path))
+
+
 def _field(obj: dict[str, Any] | None, path: str) -> Any:
     cur: Any = obj
     for part in path.split("."):
@@ -81,14 +109,21 @@ def run_check(check: Any, output: str) -> tuple[bool, str]:
             value = output.strip()
         return (True, "equal") if value == check.value else \
             (False, f"expected {_short(repr(check.value))}, got {_short(repr(value))}")
+    if kind == "contains_json":
+        objects = embedded_json_objects(output)
+        if check.schema_ is None:
+            found = bool(objects)
+            what = f"{len(objects)} JSON object(s) in the output" if objects else "no JSON object in the output"
+        else:
+            found = any(not _schema_errors(check.schema_, o) for o in objects)
+            what = (f"{'a' if found else 'no'} JSON object matching the schema among {len(objects)} found"
+                    if objects else "no JSON object in the output")
+        return (not found if check.absent else found), what
     if kind == "json_schema":
-        import jsonschema
-
         obj = parse_json_object(output)
         if obj is None:
             return False, "json_schema: output is not a JSON object"
-        errors = sorted(jsonschema.validators.validator_for(check.schema_)(check.schema_).iter_errors(obj),
-                        key=lambda e: list(e.path))
+        errors = _schema_errors(check.schema_, obj)
         if errors:
             where = "/".join(str(p) for p in errors[0].path) or "(root)"
             return False, f"json_schema: {where}: {_short(errors[0].message, 120)}"

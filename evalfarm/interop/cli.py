@@ -58,7 +58,8 @@ def import_promptfoo(config: Path, output: Path | None, skip_unsupported: bool) 
 
     OpenAI-compatible providers become adapters; each (prompt, test) pair a prompt with its
     vars substituted; assertions checks (contains, icontains, equals, regex, is-json,
-    starts-with, contains/icontains-all/-any, their not- forms) or judge criteria (llm-rubric).
+    contains-json, starts-with, contains/icontains-all/-any, their not- forms) or judge criteria
+    (llm-rubric).
     Anything else is listed with its file and line, and the import stops (exit 2) unless
     --skip-unsupported.
     """

@@ -120,7 +120,7 @@ def map_assert(raw: Any, variables: dict[str, Any], load_file: Callable[[str], A
     base = kind[4:] if inverse else kind
     if base not in KNOWN:
         raise Refused(f"assertion type {kind!r} is not supported by the importer "
-                      "(supported: contains, icontains, equals, regex, is-json, starts-with, "
+                      "(supported: contains, icontains, equals, regex, is-json, contains-json, starts-with, "
                       "contains/icontains-all/-any, llm-rubric and their not- forms)")
     extra = sorted(set(raw) - _HARMLESS_KEYS)
     if extra:
@@ -185,8 +185,14 @@ def map_assert(raw: Any, variables: dict[str, Any], load_file: Callable[[str], A
         else:
             out.checks += [{"kind": "not_contains", "value": v} for v in values]
     elif base == "contains-json":
-        raise Refused("contains-json finds JSON inside prose; evalfarm has no such check "
-                      "(proposed: check kind 'contains_json' with an optional schema)")
+        check: dict[str, Any] = {"kind": "contains_json"}
+        if value not in (None, ""):
+            check["schema"] = _schema(value, kind)
+        if inverse:
+            check["absent"] = True
+        out.checks.append(check)
+        out.caveats.append("evalfarm's contains_json finds strict JSON objects in the output (promptfoo also "
+                           "reads YAML-style objects, // comments and objects cut short)")
     else:  # llm-rubric
         if inverse:
             raise Refused("not-llm-rubric has no evalfarm equivalent (a criterion cannot be inverted)")

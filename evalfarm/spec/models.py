@@ -94,14 +94,30 @@ class JsonSchemaCheck(_Check):
         return value
 
 
+class ContainsJsonCheck(_Check):
+    """A JSON object somewhere in the output, prose around it allowed (promptfoo's contains-json),
+    matching ``schema`` when given; ``absent: true`` passes when there is none."""
+
+    kind: Literal["contains_json"]
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    absent: bool = False
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("schema_")
+    @classmethod
+    def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else JsonSchemaCheck._valid_schema(value)
+
+
 class MaxCharsCheck(_Check):
     kind: Literal["max_chars"]
     value: int = Field(ge=0)
 
 
 Check = Annotated[Union[JsonCheck, OneOfCheck, ContainsCheck, NotContainsCheck, RegexCheck, EqualsCheck,
-                        JsonSchemaCheck, MaxCharsCheck], Field(discriminator="kind")]
-FORMAT_CHECKS = ("json", "one_of", "json_schema", "max_chars")
+                        JsonSchemaCheck, ContainsJsonCheck, MaxCharsCheck], Field(discriminator="kind")]
+FORMAT_CHECKS = ("json", "one_of", "json_schema", "contains_json", "max_chars")
 
 
 def _drop_unset(data: Any, names: tuple[str, ...]) -> Any:
