@@ -116,25 +116,32 @@ def test_help_lists_every_command_and_the_ls_alias():
     assert listed == set(COMMANDS) and "list (ls)" in res.stdout, res.stdout
 
 
+def installed_plugin(tmp_path: Path, name: str, entry: str, source: str) -> dict[str, str]:
+    """A distribution ``<name>_plugin`` with one evalfarm.adapters entry point, as pip would leave it
+    in site-packages; returns an environment that finds it."""
+    site = tmp_path / "site"
+    info = site / f"{name}_plugin-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[evalfarm.adapters]\n{name} = {name}_plugin:{entry}\n")
+    (site / f"{name}_plugin.py").write_text(source)
+    env = env_for()
+    env["PYTHONPATH"] = f"{site}{':' + env['PYTHONPATH'] if env.get('PYTHONPATH') else ''}"
+    return env
+
+
 def test_a_plugin_found_by_entry_point(tmp_path):
     """A plug-in installed the ecosystem's way (a distribution with an evalfarm.adapters entry point) is
     used by name, with no EVALFARM_PLUGINS setting."""
-    site = tmp_path / "site"
-    (site / "shout_plugin-1.0.dist-info").mkdir(parents=True)
-    (site / "shout_plugin-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: shout-plugin\n"
-                                                                  "Version: 1.0\n")
-    (site / "shout_plugin-1.0.dist-info" / "entry_points.txt").write_text(
-        "[evalfarm.adapters]\nshout = shout_plugin:Shout\n")
-    (site / "shout_plugin.py").write_text(
-        "from evalfarm import Completion\n\n"
-        "class Shout:\n"
-        "    def __init__(self, entry):\n        self.id = entry\n"
-        "    def config(self):\n        return {'kind': 'shout'}\n"
-        "    async def complete(self, prompt, trial):\n        return Completion(text=prompt.text.upper())\n")
+    env = installed_plugin(tmp_path, "shout", "Shout",
+                           "from evalfarm import Completion\n\n"
+                           "class Shout:\n"
+                           "    def __init__(self, entry):\n        self.id = entry\n"
+                           "    def config(self):\n        return {'kind': 'shout'}\n"
+                           "    async def complete(self, prompt, trial):\n"
+                           "        return Completion(text=prompt.text.upper())\n")
     (tmp_path / "s.yaml").write_text("name: ep\nadapters: ['shout:loud']\nprompts:\n"
                                      "  - {id: a, text: hello, expected_output_contains: [HELLO]}\n")
-    env = env_for()
-    env["PYTHONPATH"] = f"{site}{':' + env['PYTHONPATH'] if env.get('PYTHONPATH') else ''}"
     res = subprocess.run([sys.executable, "-m", "evalfarm.cli", "run", str(tmp_path / "s.yaml"), "--no-save",
                           "--json"], env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
@@ -147,16 +154,8 @@ def test_a_plugin_found_by_entry_point(tmp_path):
 def test_a_broken_plugin_is_named_in_one_line(tmp_path):
     """A plug-in that fails to import (by entry point or EVALFARM_PLUGINS) is the plug-in's fault: one
     line naming it and the spec's line, exit 2; never 'internal error ... a bug in evalfarm' (exit 4)."""
-    site = tmp_path / "site"
-    (site / "broken_plugin-1.0.dist-info").mkdir(parents=True)
-    (site / "broken_plugin-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\n"
-                                                                   "Version: 1.0\n")
-    (site / "broken_plugin-1.0.dist-info" / "entry_points.txt").write_text(
-        "[evalfarm.adapters]\nbroken = broken_plugin:Broken\n")
-    (site / "broken_plugin.py").write_text("raise RuntimeError('needs BROKEN_HOME')\n")
+    env = installed_plugin(tmp_path, "broken", "Broken", "raise RuntimeError('needs BROKEN_HOME')\n")
     (tmp_path / "s.yaml").write_text("name: ep\nadapters: ['broken:x']\nprompts:\n  - {id: a, text: hello}\n")
-    env = env_for()
-    env["PYTHONPATH"] = f"{site}{':' + env['PYTHONPATH'] if env.get('PYTHONPATH') else ''}"
     by_entry_point = subprocess.run([sys.executable, "-m", "evalfarm.cli", "run", str(tmp_path / "s.yaml"),
                                      "--no-save"], env=env, capture_output=True, text=True, timeout=60)
     assert by_entry_point.returncode == 2, by_entry_point.stderr
