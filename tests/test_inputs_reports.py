@@ -176,14 +176,22 @@ def test_every_artifact_field_and_ledger_row_type_is_verified_or_refused_never_a
 
 
 def test_input_errors_exit_2_and_internal_errors_exit_4_with_the_traceback_only_under_debug(tmp_path):
-    """Input errors are exit 2 above (every case); a real bug (here a plug-in that raises on import)
-    is one line, exit 4, and its traceback is shown only with --debug."""
-    (tmp_path / "plugin_boom.py").write_text("raise ZeroDivisionError('a bug in a plug-in')\n")
+    """Input errors are exit 2 above (every case); an unexpected exception (here an adapter whose
+    ``config()`` raises while the run is planned) is one line, exit 4, and its traceback is shown only
+    with --debug. (A plug-in that fails to import is named in one line, exit 2: test_architecture.)"""
+    (tmp_path / "plugin_boom.py").write_text(
+        "from evalfarm import register_adapter\n\n"
+        "class Boom:\n"
+        "    def __init__(self, entry):\n        self.id = entry\n"
+        "    def config(self):\n        raise ZeroDivisionError('a bug in a plug-in')\n\n"
+        "register_adapter('boom', Boom)\n")
+    (tmp_path / "s.yaml").write_text("name: b\nadapters: [boom]\nprompts:\n  - {id: a, text: hi}\n")
     env = {"EVALFARM_PLUGINS": "plugin_boom", "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    res = run_cli("ls", "--state-dir", str(tmp_path / "st"), **env)
+    res = run_cli("run", str(tmp_path / "s.yaml"), "--state-dir", str(tmp_path / "st"), **env)
     assert res.returncode == 4, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "internal error: ZeroDivisionError: a bug in a plug-in" in lines[0]
     assert "--debug" in lines[0] and "Traceback" not in res.stderr
-    res = run_cli("--debug", "ls", "--state-dir", str(tmp_path / "st"), **env)
+    assert not (tmp_path / "st" / "runs").exists()  # nothing half-written
+    res = run_cli("--debug", "run", str(tmp_path / "s.yaml"), "--state-dir", str(tmp_path / "st"), **env)
     assert res.returncode != 0 and "Traceback" in res.stderr and "ZeroDivisionError" in res.stderr
