@@ -17,6 +17,28 @@ EXAMPLES = ROOT / "examples"
 EVALFARM = [sys.executable, "-m", "evalfarm.cli"]
 
 
+def wait_for(pred, timeout: float = 60.0, what: str = "condition", every: float = 0.1):
+    """Poll ``pred()`` until it returns something true (returned), or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM a process group started with its own session; SIGKILL it if it is not gone in 15 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -100,12 +122,7 @@ class Worker:
             self.proc.wait(30)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop_group(self.proc)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import EVALFARM, EXAMPLES, env_for, free_port, run_cli
+from conftest import wait_for as wait_until  # noqa: F401  (polls from Python: the pages' CSP forbids eval)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -23,17 +24,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 ARTIFACTS = Path(os.environ.get("EVALFARM_TEST_ARTIFACTS") or Path(tempfile.gettempdir()) / "evalfarm-test-artifacts")
 SHOTS = ARTIFACTS / "dashboard"
 XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
-
-
-def wait_until(check, timeout: float = 15.0, what: str = "condition"):
-    """Poll ``check()`` from Python (the pages' CSP forbids the eval that page.wait_for_function needs)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def metric_values(text: str) -> dict[tuple[str, frozenset], float]:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import yaml
 
 from agents_fixtures import git, make_repo
-from conftest import ROOT
+from conftest import ROOT, wait_for  # noqa: F401  (spawn tests import it from here)
 
 FAKE = ROOT / "tests" / "agent_fake.py"
 # the fake agent's mode and arguments come from the prompt's last line (agent_fake.py "prompt" mode)
@@ -49,16 +48,6 @@ def assert_clean(repo: Path, spawn_dir: Path) -> str:
     assert spawn_dirs(spawn_dir) == []
     assert git(repo, "status", "--porcelain", "--ignored") == ""
     return listing
-
-
-def wait_for(pred, timeout: float, what: str, every: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def pid_alive(pid: int) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import redis
 
-from conftest import EVALFARM, RedisServer, env_for, run_cli
+from conftest import EVALFARM, RedisServer, env_for, run_cli, wait_for  # noqa: F401  (fault tests import it)
 from evalfarm import Runner, load_spec
 from evalfarm.core.report import stable_view
 
@@ -32,16 +32,6 @@ def make_spec(tmp: Path, n: int = 400, adapter: str = "slow:40") -> Path:
 def counts(url: str, run_id: str) -> dict[str, int]:
     r = redis.Redis.from_url(url)
     return {k.decode(): int(v) for k, v in r.hgetall(f"ef:run:{run_id}:counts").items()}
-
-
-def wait_for(pred, timeout: float = 60, every: float = 0.1):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError("condition not reached in time")
 
 
 def clean_view(spec_path: Path) -> dict:

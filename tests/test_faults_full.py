@@ -46,13 +46,19 @@ def test_run_that_will_not_fit_is_refused(tmp_path, redis_server):
     assert r.llen("provider") == 0
 
 
-def test_plan_failing_half_way_leaves_nothing_without_expiry(tmp_path, redis_server):
+def planning(tmp_path, redis_server, delay_s: str, **streams) -> tuple[redis.Redis, subprocess.Popen]:
+    """A 5,000-item run whose planning is slowed down, returned once part of its plan is stored."""
     r = redis.Redis.from_url(redis_server.url)
     spec = make_spec(tmp_path, n=5000, adapter="slow:1")
     proc = subprocess.Popen([*EVALFARM, "run", str(spec), "--no-save", "--batch-size", "100"],
-                            env=env_for(redis_server.url, **PLUGINS, EVALFARM_FAILPOINT_PLAN_DELAY_S="0.3"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env_for(redis_server.url, **PLUGINS, EVALFARM_FAILPOINT_PLAN_DELAY_S=delay_s),
+                            **streams)
     wait_for(lambda: any(k.endswith(b":order") for k in r.scan_iter("ef:run:*")), timeout=30, every=0.02)
+    return r, proc
+
+
+def test_plan_failing_half_way_leaves_nothing_without_expiry(tmp_path, redis_server):
+    r, proc = planning(tmp_path, redis_server, "0.3", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     squeeze(r)  # another tenant filled Redis while the plan was being stored
     _, err = proc.communicate(timeout=60)
     lines = said(err)
@@ -67,12 +73,7 @@ def test_plan_failing_half_way_leaves_nothing_without_expiry(tmp_path, redis_ser
 
 
 def test_coordinator_dying_while_planning_then_resume(tmp_path, redis_server):
-    r = redis.Redis.from_url(redis_server.url)
-    spec = make_spec(tmp_path, n=5000, adapter="slow:1")
-    proc = subprocess.Popen([*EVALFARM, "run", str(spec), "--no-save", "--batch-size", "100"],
-                            env=env_for(redis_server.url, **PLUGINS, EVALFARM_FAILPOINT_PLAN_DELAY_S="0.5"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: any(k.endswith(b":order") for k in r.scan_iter("ef:run:*")), timeout=30, every=0.02)
+    r, proc = planning(tmp_path, redis_server, "0.5", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     keys = run_keys(r)

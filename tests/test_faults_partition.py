@@ -11,9 +11,7 @@ and worker 1 must take new work after the link comes back, without a restart.
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -23,7 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import EVALFARM, ROOT, env_for
+from conftest import EVALFARM, ROOT, env_for, stop_group
 from evalfarm.core.report import stable_view
 from netns_hosts import Hosts, why_not
 from test_faults import make_spec
@@ -53,13 +51,7 @@ class NsWorker:
             time.sleep(0.1)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        stop_group(self.proc)
 
     def tasks_after(self, when: datetime) -> tuple[int, int]:
         """(batches this worker received after ``when``, items it called in batches finished after it)."""

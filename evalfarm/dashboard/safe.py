@@ -12,8 +12,8 @@ import math
 import re
 from typing import Any
 
-# run ids are "<UTC timestamp>-<hex>" today; allow a little more, never a path separator or "..".
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}")
+from ..names import is_run_id
+
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[^\x00-\x1f/\\]{1,200}")
 
@@ -27,18 +27,10 @@ class BadRef(ValueError):
 
 
 def run_id(value: Any) -> str:
-    """A run id fit to become ``runs/<id>.json``: no separators, no "..", no leading dot."""
-    if not isinstance(value, str) or not _RUN_ID.fullmatch(value) or ".." in value:
+    """A run id (the one format of ``evalfarm.names``) fit to become ``runs/<id>.json``."""
+    if not is_run_id(value):
         raise BadRef(f"not a run id: {text(value, 80)!r}")
     return value
-
-
-def is_run_id(value: Any) -> bool:
-    try:
-        run_id(value)
-        return True
-    except BadRef:
-        return False
 
 
 def sha256_name(value: Any) -> str:

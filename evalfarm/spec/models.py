@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from ..names import label_problem
 
@@ -184,6 +184,15 @@ def check_env_name(value: str) -> str:
     return value
 
 
+def _env_names(value: list[str]) -> list[str]:
+    for name in value:
+        check_env_name(name)
+    return value
+
+
+EnvNames = Annotated[list[str], AfterValidator(_env_names)]  # variables passed through to agents, setup, check
+
+
 def check_base_url(value: str | None) -> str | None:
     if value is not None and not re.match(r"https?://[^/\s]+", value):
         raise ValueError(f"{value!r} is not an http:// or https:// URL")
@@ -304,14 +313,7 @@ class Workspace(_Model):
     repo: str = Field(min_length=1)
     base: str = Field(min_length=1)
     isolation: Literal["worktree", "netns"] = "worktree"
-    env: list[str] = Field(default_factory=list)
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, value: list[str]) -> list[str]:
-        for name in value:
-            check_env_name(name)
-        return value
+    env: EnvNames = Field(default_factory=list)
 
 
 class EvalSpec(_Model):

@@ -27,7 +27,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from ..canonical import content_key
 from ..errors import SpecError
-from .models import AdapterSpec, EvalSpec, PromptSpec, Thresholds, Workspace, _Model, check_env_name
+from .models import AdapterSpec, EnvNames, EvalSpec, PromptSpec, Thresholds, Workspace, _Model
 from .validation import spec_error
 
 SUITE_KEYS = ("repo", "tasks")  # a YAML mapping with both is a spawn suite, not a spec
@@ -55,20 +55,13 @@ class SpawnSuite(_Model):
     repo: str = Field(min_length=1)
     base: str = Field(min_length=1)
     isolation: Literal["worktree", "netns"] = "worktree"
-    env: list[str] = Field(default_factory=list)
+    env: EnvNames = Field(default_factory=list)
     adapters: list[Union[str, AdapterSpec]] = Field(default_factory=list)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     trials: int = Field(default=1, ge=1, le=1000)
     tasks: list[SpawnTask] = Field(min_length=1)
 
     scorer: ClassVar[str] = "check"  # for the A/B harness: the check command is the quality verdict
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, value: list[str]) -> list[str]:
-        for name in value:
-            check_env_name(name)
-        return value
 
     @property
     def workspace(self) -> Workspace:
