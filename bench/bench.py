@@ -102,14 +102,14 @@ def mock_spec(tmp: Path, n_items: int, adapters: list[str] | None = None):
 
 def farm_run(spec_file, broker: str | None) -> tuple[float, int]:
     """One run through the orchestrator in this process (in-process backend, or the farm's coordinator)."""
-    from evalfarm.orchestrator import Orchestrator
+    from evalfarm.runs.submit import Orchestrator
     from evalfarm.spec.binding import bind_environment
     if broker is None:
-        from evalfarm.backends.inprocess import InProcessBackend
+        from evalfarm.executors.inprocess import InProcessBackend
         backend = InProcessBackend()
     else:
-        from evalfarm.backends.celery.coordinator import CeleryBackend
-        from evalfarm.backends.celery.settings import FarmSettings
+        from evalfarm.executors.celery.coordinator import CeleryBackend
+        from evalfarm.executors.celery.settings import FarmSettings
         backend = CeleryBackend(FarmSettings.from_env(broker_url=broker))
     orchestrator = Orchestrator(backend)
     t0 = time.perf_counter()

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def build(state: Path, n_runs: int, n_cases: int) -> tuple[str, str]:
     from evalfarm import Runner, load_spec, save_report
-    from evalfarm.ci.registry import Registry
+    from evalfarm.runs.registry import Registry
     from evalfarm.spec.models import EvalSpec
 
     smoke = load_spec(ROOT / "examples" / "smoke.yaml")
@@ -81,7 +81,7 @@ def main() -> None:
         shutil.rmtree(args.dir, ignore_errors=True)
         big, big2 = build(state, args.runs, args.cases)
     else:
-        from evalfarm.ci.artifacts import list_runs
+        from evalfarm.runs.archive import list_runs
         bigs = sorted(p.stem for p in list_runs(state) if p.stat().st_size > 1 << 20)
         big, big2 = bigs[0], bigs[1]
     port = free_port()

@@ -12,7 +12,7 @@ from conftest import ROOT, env_for
 
 PKG = ROOT / "evalfarm"
 CORE = ("evalfarm.spec", "evalfarm.core", "evalfarm.engine")
-FARM = ("evalfarm.backends", "celery", "kombu", "redis")
+FARM = ("evalfarm.executors", "celery", "kombu", "redis")
 
 
 def modules() -> dict[str, Path]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from evalfarm import Runner
-from evalfarm.ci.registry import Registry, check_prompt_unchanged
+from evalfarm.runs.registry import Registry, check_prompt_unchanged
 from evalfarm.errors import SpecError
 from evalfarm.spec.load import open_spec
 from evalfarm.spec.prompts import dataset_hash, resolve, version_for

@@ -10,7 +10,7 @@ import pytest
 from conftest import EXAMPLES, run_cli
 from evalfarm import Runner, load_spec, save_report
 from evalfarm.errors import UsageError
-from evalfarm.ci.registry import Registry, resolve_ref
+from evalfarm.runs.registry import Registry, resolve_ref
 
 
 def make_run(tmp: Path, state: Path, name: str, tag: str | None = None, save: bool = True) -> dict:

@@ -1,5 +1,5 @@
 """The Farm page and /metrics during a real farm run: a real redis-server, a real `evalfarm
-worker` subprocess (beating through evalfarm.dashboard.heartbeat), a real mock provider with
+worker` subprocess (beating through evalfarm.executors.celery.heartbeat), a real mock provider with
 latency and a price, `evalfarm run --broker` in a subprocess, and `evalfarm serve --broker`
 watched by Debian's chromium."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from conftest import EVALFARM, env_for
 from dashboard_support import Serve, browser, metric_values, page, shot, wait_until  # noqa: F401 (fixtures)
 from providers_fixture import MockProviderProc
 
-PLUGINS = "ef_test_adapters,evalfarm.dashboard.heartbeat"
+PLUGINS = "ef_test_adapters,evalfarm.executors.celery.heartbeat"
 
 
 def _labels(**kw: str) -> frozenset:
@@ -83,7 +83,7 @@ def test_farm_page_advances_live_and_metrics_match_the_report(tmp_path, redis_se
         assert case["input"] == f"say {case['prompt_id'][1:]}"
 
         # a 429 pause set by the farm's own limiter shows on the page and in /metrics
-        from evalfarm.backends.celery.limits import RedisLimiter
+        from evalfarm.executors.celery.limits import RedisLimiter
         from evalfarm.providers.limits import Limits
 
         limiter = RedisLimiter(redis_server.url, "endpoint-under-test", Limits())

@@ -207,7 +207,7 @@ def test_port_in_use_is_one_line(tmp_path):
 def test_worker_metrics_module_exports_what_a_real_run_did(tmp_path):
     """record_outcome / observe_call over every item of a real priced run, scraped from
     start_metrics_server over HTTP and parsed with prometheus_client's parser."""
-    from evalfarm.dashboard import metrics
+    from evalfarm.executors.celery import metrics
 
     provider = MockProviderProc()
     try:
@@ -268,7 +268,7 @@ def test_worker_metrics_module_exports_what_a_real_run_did(tmp_path):
 
 
 def test_heartbeat_key_lives_while_the_worker_does(redis_server):
-    from evalfarm.dashboard import heartbeat
+    from evalfarm.executors.celery import heartbeat
 
     r = redis.Redis.from_url(redis_server.url)
     hb = heartbeat.start(redis_server.url, "w1@host", ["provider"], 4, interval_s=0.2, ttl_s=2)
@@ -278,7 +278,7 @@ def test_heartbeat_key_lives_while_the_worker_does(redis_server):
     hb.stop()
     assert r.get("ef:worker:w1@host") is None  # a clean stop removes it at once
     # a SIGKILLed worker cannot clean up: its key expires after the TTL
-    code = ("import time; from evalfarm.dashboard import heartbeat; "
+    code = ("import time; from evalfarm.executors.celery import heartbeat; "
             f"heartbeat.start({redis_server.url!r}, 'w2', interval_s=0.2, ttl_s=1); print('up', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code], env=env_for(), stdout=subprocess.PIPE)
     assert proc.stdout.readline().strip() == b"up"

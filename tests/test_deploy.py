@@ -1,5 +1,5 @@
 """docker-compose.yml, deploy/ and workers/: valid against their schemas, offline, and in agreement
-with the pool definitions in evalfarm/backends/celery/pools.py (the single source of truth).
+with the pool definitions in evalfarm/executors/celery/pools.py (the single source of truth).
 
 Schemas (no network: all ship in packages or in tests/schemas/):
 - Compose: the compose-spec JSON schema vendored by the PyPI package check-jsonschema
@@ -27,7 +27,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from evalfarm.backends.celery.pools import POOLS
+from evalfarm.executors.celery.pools import POOLS
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"

@@ -71,7 +71,7 @@ def test_limiter_without_limits_never_waits_on_redis(tmp_path):
 
     import pytest
 
-    from evalfarm.backends.celery.limits import RedisLimiter
+    from evalfarm.executors.celery.limits import RedisLimiter
     from evalfarm.errors import InfrastructureError
     from evalfarm.providers.limits import Limits
 

@@ -8,9 +8,9 @@ from rich.console import Console
 
 from conftest import EXAMPLES
 from evalfarm.cli.console import LiveProgress, eta, print_summary
-from evalfarm.backends.inprocess import InProcessBackend
-from evalfarm.backends.store import Progress
-from evalfarm.orchestrator import Orchestrator
+from evalfarm.executors.inprocess import InProcessBackend
+from evalfarm.executors.store import Progress
+from evalfarm.runs.submit import Orchestrator
 from evalfarm.spec.load import open_spec
 
 

@@ -15,9 +15,9 @@ import redis
 
 from conftest import EXAMPLES, RedisServer, free_port, run_cli
 from evalfarm.errors import FarmError
-from evalfarm.backends.celery.app import create_app
-from evalfarm.backends.celery.redis_tls import split_tls
-from evalfarm.backends.celery.settings import FarmSettings
+from evalfarm.executors.celery.app import create_app
+from evalfarm.executors.celery.redis_tls import split_tls
+from evalfarm.executors.celery.settings import FarmSettings
 
 SMOKE = str(EXAMPLES / "smoke.yaml")
 

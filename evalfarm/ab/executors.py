@@ -32,7 +32,7 @@ from ..engine.adapters import Completion
 from ..errors import UsageError
 from ..spec.models import PromptSpec
 from . import ledger as ledger_mod
-from . import paths
+from ..runs.state import StateDir
 from .profiles import by_addendum
 from .tasks import load_suite
 
@@ -188,10 +188,10 @@ class SyntheticExecutor(_RowWriter):
                 "price_usd_per_mtok": SYNTHETIC_PRICE, "style": {k: list(v) for k, v in SYNTHETIC_STYLE.items()}}
 
     def default_ledger(self) -> Path:
-        return paths.synthetic_ledger()
+        return StateDir.of().synthetic_ledger
 
     def anchor(self, runs: list[ArmRun], ledger: Path, plan_id: str) -> list[tuple[str, dict[str, Any]]]:
-        if ledger.resolve() == paths.production_ledger().resolve():
+        if ledger.resolve() == StateDir.of().cost_ledger.resolve():
             raise UsageError(f"--ledger {ledger}: synthetic figures never go to the production spend ledger; "
-                             f"use the default {paths.synthetic_ledger()} or another file")
+                             f"use the default {StateDir.of().synthetic_ledger} or another file")
         return super().anchor(runs, ledger, plan_id)

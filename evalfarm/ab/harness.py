@@ -16,12 +16,13 @@ from typing import Any, Callable
 
 from ..canonical import content_key, sha256_hex
 from ..errors import SpecError, UsageError
-from ..orchestrator import Runner
+from ..runs.submit import Runner
 from ..spec.models import EvalSpec, PromptSpec
 from ..spec.sourcemap import line_for, load_yaml, read_text
 from ..spec.suite import SpawnTask
 from . import artifact as artifact_mod
-from . import audit, compare, pair_index, paths, references
+from . import audit, compare, pair_index, references
+from ..runs.state import StateDir
 from . import ledger as ledger_mod
 from .executors import ArmExecutor, ArmRun
 from .profiles import CONTROL, Profile, profile
@@ -104,8 +105,8 @@ def run_suite(*, suite_path: Path, arm_a: str, arm_b: str, arms: int = 2, trials
               reports_dir: Path | None = None, audit_dir: Path | None = None,
               run_spec: RunSpec = inprocess, before_emit: Callable[[bytes], None] | None = None) -> SuiteResult:
     suite = executor.load_suite(suite_path)
-    reports_dir = Path(reports_dir) if reports_dir else paths.reports_dir()
-    audit_dir = Path(audit_dir) if audit_dir else paths.audit_dir()
+    reports_dir = Path(reports_dir) if reports_dir else StateDir.of().ab_reports
+    audit_dir = Path(audit_dir) if audit_dir else StateDir.of().audit
     suite_arms, pairs = plan_arms(arm_a, arm_b, arms)
     ledger = Path(ledger) if ledger else executor.default_ledger()
     header: dict[str, Any] = {
@@ -199,9 +200,9 @@ def verify(artifact_path: Path, ledger: Path | None = None, audit_dir: Path | No
     canonical = artifact_mod.to_bytes(art) == raw
     checks.append(("canonical bytes", canonical, "" if canonical else "not canonical JSON (edited by hand?)"))
     if ledger is None:
-        ledger = paths.synthetic_ledger() if art.get("executor", {}).get("kind") == "synthetic" \
-            else paths.production_ledger()
-    audit_dir = Path(audit_dir) if audit_dir else paths.audit_dir()
+        ledger = StateDir.of().synthetic_ledger if art.get("executor", {}).get("kind") == "synthetic" \
+            else StateDir.of().cost_ledger
+    audit_dir = Path(audit_dir) if audit_dir else StateDir.of().audit
     index = ledger_mod.load(ledger)
     problems, _ = artifact_mod.verify_rows(art, index)
     n_rows = sum(len(a["ledger_rows"]) for a in art["arms"].values())

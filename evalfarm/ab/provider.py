@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import UsageError
 from ..spec.models import AdapterSpec, Price
-from . import paths
+from ..runs.state import StateDir
 from .executors import _RowWriter
 
 ADAPTER_ID = "ab-provider"
@@ -66,4 +66,4 @@ class ProviderExecutor(_RowWriter):
                                        if self.price else None)}
 
     def default_ledger(self) -> Path:
-        return paths.production_ledger()
+        return StateDir.of().cost_ledger

@@ -27,8 +27,8 @@ from ..errors import SpecError, UsageError
 from ..spec.models import AdapterSpec, Price
 from ..spec.sourcemap import line_for, load_yaml, read_text
 from ..spec.suite import SpawnSuite, is_suite, parse_suite
-from ..spec.workspace import pin_workspace
-from . import paths
+from ..agents.workspace import pin_workspace
+from ..runs.state import StateDir
 from .executors import ArmRun, _RowWriter
 
 ADAPTER_ID = "ab-spawn"
@@ -132,7 +132,7 @@ class SpawnExecutor(_RowWriter):
                                        if spec.price else None)}
 
     def default_ledger(self) -> Path:
-        return paths.production_ledger()
+        return StateDir.of().cost_ledger
 
     def row_for(self, run: ArmRun, plan_id: str) -> dict[str, Any]:
         row = super().row_for(run, plan_id)

@@ -93,6 +93,19 @@ class AgentAdapter:
         self.workspace: Workspace | None = None
         self.slots = ("spawn", spawn_concurrency())  # the embedded backend's cap, shared by every agent adapter
         self._binary: tuple[Path, str | None] | None = None
+        self._blob_dir: Path | None = None
+
+    @property
+    def blob_dir(self) -> Path:
+        """Where patches and check logs go, handed over by whoever runs the adapter: ``runs/`` (the
+        run's state dir) or a spawn worker (its own, from the worker command)."""
+        if self._blob_dir is None:
+            raise AgentSetupError(f"adapter {self.id!r}: no blob directory was handed over for its patches and logs")
+        return self._blob_dir
+
+    @blob_dir.setter
+    def blob_dir(self, path: Path) -> None:
+        self._blob_dir = Path(path)
 
     # -- set-up ----------------------------------------------------------------------------------
     def use_workspace(self, workspace: Workspace | None) -> None:
@@ -185,7 +198,7 @@ class AgentAdapter:
             except AgentOutputError as exc:
                 raise AgentRunError(str(exc), info) from None
             if diff.patch:
-                blobs.put(diff.patch, "patch")
+                blobs.put(diff.patch, "patch", self.blob_dir)
             info["diff"] = diff.figures()
             checks = []
             if prompt.check:
@@ -193,7 +206,7 @@ class AgentAdapter:
                                   box.scratch.private / "check.out")
                 output = check.output()
                 info["check"] = {"exit_code": check.exit_code, "timed_out": check.timed_out, "wall_s": check.wall_s,
-                                 "output_sha256": blobs.put(output, "log") if output else None}
+                                 "output_sha256": blobs.put(output, "log", self.blob_dir) if output else None}
                 reason = ("exit 0" if check.ok else f"timed out after {check.wall_s:g} s" if check.timed_out
                           else f"exit {check.exit_code}") + f": {check.last_line()}"
                 checks.append({"kind": "command", "passed": check.ok, "reason": reason, "format": False,

@@ -1,9 +1,10 @@
 """Content-addressed files (an agent's patch, a check's full output): ``<dir>/<sha256>.<kind>``.
 
-The directory is ``$EVALFARM_BLOB_DIR``, else ``$EVALFARM_STATE_DIR/blobs`` (default
-``.evalfarm/blobs``) of the process that ran the agent (``evalfarm run`` sets it to its
-``--state-dir``): on a farm give the spawn workers a shared volume there. A blob is written once (temp file, then rename), so concurrent writers of the same
-content are harmless and a stored blob never changes.
+The directory is handed to the agent adapter by whoever runs it (``runs/`` in process: the run's
+state dir's ``blobs``; a spawn worker: its own state dir, ``EVALFARM_STATE_DIR``, or
+``EVALFARM_BLOB_DIR``): on a farm give the spawn workers a shared volume there. A blob is written
+once (temp file, then rename), so concurrent writers of the same content are harmless and a stored
+blob never changes.
 """
 from __future__ import annotations
 
@@ -13,17 +14,9 @@ import tempfile
 from pathlib import Path
 
 
-def blob_dir() -> Path:
-    explicit = os.environ.get("EVALFARM_BLOB_DIR")
-    if explicit:
-        return Path(explicit)
-    return Path(os.environ.get("EVALFARM_STATE_DIR") or ".evalfarm") / "blobs"
-
-
-def put(data: bytes, kind: str, directory: Path | None = None) -> str:
-    """Store ``data``; returns its SHA-256 (the name under which it is found)."""
+def put(data: bytes, kind: str, directory: Path) -> str:
+    """Store ``data`` under ``directory``; returns its SHA-256 (the name under which it is found)."""
     digest = hashlib.sha256(data).hexdigest()
-    directory = directory or blob_dir()
     target = directory / f"{digest}.{kind}"
     if target.is_file():
         return digest

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.verdict import case_verdict, item_passed
-from .artifacts import load_report, require_complete
-from .registry import DB_NAME, Registry, resolve_ref
+from ..runs.archive import load_report, require_complete
+from ..runs.registry import DB_NAME, Registry, resolve_ref
 
 CLASSES = ("regressed", "fixed", "still_broken", "stable")
 EXACT_BELOW = 25  # discordant pairs: exact binomial below, chi-square (continuity corrected) from here

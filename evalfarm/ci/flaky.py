@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .registry import Registry
-from .verdicts import FAIL, PASS
+from ..runs.registry import Registry
+from ..core.verdict import FAIL, PASS
 
 DEFAULT_LAST = 10
 KNOWN_FLAKY_FLIPS = 2

@@ -12,8 +12,8 @@ import click
 from ..core.verdict import exit_code, stopped
 from ..errors import UsageError
 from ..spec.models import Thresholds
-from .artifacts import load_report, require_complete
-from .registry import Registry, baseline_report, resolve_ref
+from ..runs.archive import load_report, require_complete
+from ..runs.registry import Registry, baseline_report, resolve_ref
 
 
 def echo_lines(lines: list[str], err: bool) -> None:

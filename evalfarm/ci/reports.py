@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.verdict import NOTHING, PASSED, item_passed, run_verdict
-from .artifacts import atomic_write
+from ..runs.archive import atomic_write
 from .diff import case_pairing
 from .gate import GateResult
 

@@ -30,9 +30,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "rubric": ("evalfarm.cli.providers", "rubric", "Draft a weighted rubric for a new case."),
     "mock-provider": ("evalfarm.cli.providers", "mock_provider", "A local scripted OpenAI-compatible server."),
     "selftest": ("evalfarm.cli.providers", "selftest", "Offline proof that the engine works."),
-    "serve": ("evalfarm.dashboard.cli", "serve", "The dashboard: runs, diffs, A/B, the live farm, /metrics."),
-    "import": ("evalfarm.interop.cli", "import_cmd", "Import another tool's config (promptfoo) as a spec."),
-    "export": ("evalfarm.interop.cli", "export_cmd", "Export a run: an Inspect AI log, JSONL or CSV rows."),
+    "serve": ("evalfarm.cli.serve", "serve", "The dashboard: runs, diffs, A/B, the live farm, /metrics."),
+    "import": ("evalfarm.cli.interop", "import_cmd", "Import another tool's config (promptfoo) as a spec."),
+    "export": ("evalfarm.cli.interop", "export_cmd", "Export a run: an Inspect AI log, JSONL or CSV rows."),
     "rescore": ("evalfarm.cli.overnight", "rescore", "Score a stored run's outputs again; only the judge is called."),
     "flaky": ("evalfarm.cli.overnight", "flaky", "Cases whose verdict flips across comparable runs."),
 }

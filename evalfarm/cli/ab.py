@@ -31,7 +31,7 @@ def _farm_runner(broker: str | None, timeout_s: float | None, quiet: bool, max_c
     """run_spec for the harness: the arms' items on a backend, like ``evalfarm run`` (in this process by
     default, on the farm with --broker), under the budget (``--max-cost``) when one is given."""
     def run(spec, trials: int) -> tuple[str, list[dict[str, Any]]]:
-        from ..orchestrator import Orchestrator
+        from ..runs.submit import Orchestrator
         from ..spec.source import PromptSource
         from .console import LiveProgress
         from .overnight import BudgetStopped, check_budget, stopped_line
@@ -40,12 +40,12 @@ def _farm_runner(broker: str | None, timeout_s: float | None, quiet: bool, max_c
         budget = check_budget(spec, spec.prompts, trials, max_cost, force, prices, priced_only=False)
 
         if broker is None:
-            from ..backends.inprocess import InProcessBackend
+            from ..executors.inprocess import InProcessBackend
 
             backend = InProcessBackend()
         else:
-            from ..backends.celery.coordinator import CeleryBackend
-            from ..backends.celery.settings import FarmSettings
+            from ..executors.celery.coordinator import CeleryBackend
+            from ..executors.celery.settings import FarmSettings
 
             backend = CeleryBackend(FarmSettings.from_env(broker_url=broker))  # after the inputs validated
         orchestrator = Orchestrator(backend)
@@ -94,7 +94,7 @@ def _prices(executor: Any) -> dict[str, Any]:
 
 def _emit(payload: bytes, output: Path | None, as_json: bool) -> None:
     if output is not None:
-        from ..ci.artifacts import atomic_write
+        from ..runs.archive import atomic_write
         if output.is_dir():
             raise UsageError(f"--output {output}: is a directory; give a file path")
         atomic_write(output, payload)
@@ -240,20 +240,21 @@ def ab(ctx: click.Context, **opts: Any) -> None:
 
 def _check_outputs(o: dict[str, Any], executor=None) -> None:
     """Every file and directory the command will write, checked before anything is run or spent."""
-    from ..ci.artifacts import check_writable, check_writable_dir
+    from ..runs.archive import check_writable, check_writable_dir
 
     if o["output"] is not None:
         check_writable(o["output"], "--output")
     if executor is None:
         return
-    from ..ab import audit, paths
+    from ..ab import audit
+    from ..runs.state import StateDir
 
     try:
-        check_writable_dir(o["reports_dir"] or paths.reports_dir(), "--reports-dir")
+        check_writable_dir(o["reports_dir"] or StateDir.of().ab_reports, "--reports-dir")
     except UsageError as exc:
         raise UsageError(f"cannot write the artifact: {exc}") from None
     check_writable(o["ledger"] or executor.default_ledger(), "--ledger")
-    audit.check_appendable(o["audit_dir"] or paths.audit_dir())
+    audit.check_appendable(o["audit_dir"] or StateDir.of().audit)
 
 
 def _variant_mode(o: dict[str, Any]) -> None:
@@ -324,10 +325,10 @@ def ab_verify(artifact: Path, ledger: Path | None, audit_dir: Path | None, as_js
 @click.option("--suite", "suite_name", help="Only comparisons of this suite (by name).")
 def ab_latest(profile_a: str, profile_b: str, reports_dir: Path | None, suite_name: str | None) -> None:
     """The latest comparison of a profile pair (either order), from the pair index."""
-    from ..ab import paths
+    from ..runs.state import StateDir
     from ..ab.pair_index import latest
 
-    reports_dir = reports_dir or paths.reports_dir()
+    reports_dir = reports_dir or StateDir.of().ab_reports
     entry = latest(reports_dir, profile_a, profile_b, suite_name)
     if entry is None:
         click.echo(f"no comparison of {profile_a} and {profile_b} in {reports_dir}", err=True)
@@ -350,11 +351,11 @@ def audit_verify(audit_dir: Path | None, reports_dir: Path | None, seal: bool) -
     """Check every entry's HMAC and link, the chain's length against its signed head, and that every
     artifact and pair-index line still has its entry; name the first problem (exit 1)."""
     from ..ab import audit as chain
-    from ..ab import paths
+    from ..runs.state import StateDir
     from ..ab.references import artifact_problems, index_problems
 
-    audit_dir = audit_dir or paths.audit_dir()
-    reports_dir = reports_dir or paths.reports_dir()
+    audit_dir = audit_dir or StateDir.of().audit
+    reports_dir = reports_dir or StateDir.of().ab_reports
     try:
         if seal:
             good = chain.seal(audit_dir)

@@ -24,8 +24,8 @@ class NothingMeasuredError(EvalfarmError):
 def list_cmd(state_dir: Path, spec_name: str | None, tag: str | None, baselines: bool, as_json: bool) -> None:
     """Recorded runs, newest first, tab-separated: id, finished, spec, result, path, overall per adapter,
     prompt@version, baselines pointing at it."""
-    from ..ci.registry import baseline_lines, list_lines
-    from ..ci.registry import DB_NAME, Registry
+    from ..runs.registry import baseline_lines, list_lines
+    from ..runs.registry import DB_NAME, Registry
 
     if as_json:
         reg = Registry(state_dir) if (state_dir / "runs").is_dir() or (state_dir / DB_NAME).is_file() else None
@@ -81,12 +81,12 @@ def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_
 
     Exit 0 passed, 1 a brake failed, 3 nothing was measured in RUN.
     """
-    from ..ci.artifacts import load_report, require_complete
+    from ..runs.archive import load_report, require_complete
     from ..ci.diff import describe_cases
     from ..ci.flaky import known_flaky
     from ..ci.gate import evaluate
     from ..ci.pipeline import baseline_for, echo_lines
-    from ..ci.registry import Registry, resolve_ref
+    from ..runs.registry import Registry, resolve_ref
     from ..ci.reports import pr_summary as render_summary, write_junit, write_pr_summary
     from ..spec.load import load_spec
     from ..spec.models import Thresholds
@@ -127,8 +127,8 @@ def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_
 @state_dir_option
 def baseline(run_ref: str, name: str | None, state_dir: Path) -> None:
     """Promote a stored RUN (path, id, id prefix, baseline:NAME) to a named baseline."""
-    from ..ci.artifacts import list_runs, load_report, require_complete, runs_dir, save_report
-    from ..ci.registry import Registry, check_baseline_name, is_stored, resolve_ref
+    from ..runs.archive import list_runs, load_report, require_complete, runs_dir, save_report
+    from ..runs.registry import Registry, check_baseline_name, is_stored, resolve_ref
     from ..names import baseline_name_problem
 
     if name is not None:

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..backends.store import RunStore
-from ..ci.artifacts import list_runs, save_report_stream, write_stream
+from ..executors.store import RunStore
+from ..runs.archive import list_runs, save_report_stream, write_stream
 from ..ci.pipeline import finish_run
 from ..core.report import head_problem, report_problem
 from ..errors import UsageError

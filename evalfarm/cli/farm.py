@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -31,8 +32,8 @@ def report_options(f):
 
 def farm(broker: str | None):
     """The Celery backend for ``broker`` (one clear line when there is none or it is unreachable)."""
-    from ..backends.celery.coordinator import CeleryBackend
-    from ..backends.celery.settings import FarmSettings
+    from ..executors.celery.coordinator import CeleryBackend
+    from ..executors.celery.settings import FarmSettings
 
     if not broker:
         raise EvalfarmError("this command needs the farm's Redis: pass --broker redis://HOST:6379/0 "
@@ -42,7 +43,7 @@ def farm(broker: str | None):
 
 def check_report_outputs(state_dir: Path, no_save: bool, output: Path | None) -> None:
     """Where the report will go is checked before waiting (maybe for hours) or dispatching anything."""
-    from ..ci.artifacts import check_state_dir, check_writable
+    from ..runs.archive import check_state_dir, check_writable
 
     if output is not None:
         check_writable(output, "--output")
@@ -74,7 +75,7 @@ def still_running(run_id: str) -> None:
 @click.command()
 @click.option("--pool", type=click.Choice(["provider", "judge", "spawn", "aggregate", "all"]), default="all",
               show_default=True, help="Which queues to consume, with that pool's settings "
-                                      "(evalfarm/backends/celery/pools.py).")
+                                      "(evalfarm/executors/celery/pools.py).")
 @click.option("-c", "--concurrency", type=click.IntRange(1, 512),
               help="Tasks this worker runs at once (threads sharing one event loop); default: the pool's.")
 @broker_option
@@ -85,31 +86,34 @@ def still_running(run_id: str) -> None:
 def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str, metrics_port: int | None) -> None:
     """Start a worker consuming one pool's queues; it announces itself (a heartbeat key the dashboard reads)."""
 
-    from ..dashboard import heartbeat  # noqa: F401  (connects the worker's heartbeat to Celery's signals)
+    from ..executors.celery import heartbeat  # noqa: F401  (connects the worker's heartbeat to Celery's signals)
 
-    from ..backends.celery.pools import POOLS
-    from ..backends.celery.settings import FarmSettings
-    from ..backends.celery.tasks import worker_app
+    from ..executors.celery.pools import POOLS
+    from ..executors.celery.settings import FarmSettings
+    from ..executors.celery.tasks import worker_app
 
     if not broker:
         raise EvalfarmError("a worker needs a broker: pass --broker redis://HOST:6379/0 "
                             "or set EVALFARM_BROKER_URL")
     spec = POOLS[pool]
-    from ..backends.finalize import run_ttl_s
-    from ..dashboard.heartbeat import INTERVAL_S
+    from ..executors.finalize import run_ttl_s
+    from ..executors.celery.heartbeat import INTERVAL_S
     from ..envvars import env_float
 
     limit = env_float("EVALFARM_TASK_TIME_LIMIT", spec.soft_time_limit, 1, 7 * 86400)
     run_ttl_s()  # bad settings stop the worker at its start, not at a run's end
     env_float("EVALFARM_HEARTBEAT_S", INTERVAL_S, 0.1, 3600)
-    settings = FarmSettings.from_env(broker_url=broker, time_limit_s=limit)
+    from ..runs.state import StateDir
+
+    blob_dir = os.environ.get("EVALFARM_BLOB_DIR") or str(StateDir.of().blobs.resolve())
+    settings = FarmSettings.from_env(broker_url=broker, time_limit_s=limit, blob_dir=blob_dir)
     broker_of_queues = settings.broker_url
     if pool == "spawn":  # its own broker (EVALFARM_SPAWN_BROKER_URL); dead runs' sandboxes pruned first
-        from ..backends.celery.spawn import spawn_broker_url, spawn_worker_app
+        from ..executors.celery.spawn import spawn_broker_url, spawn_worker_app
 
         broker_of_queues = spawn_broker_url(settings)
     if metrics_port is not None:
-        from ..dashboard import metrics
+        from ..executors.celery import metrics
         from ..engine import observe
 
         try:

@@ -107,9 +107,9 @@ def rescore(run_ref: str, spec_path: Path | None, judge_model: str | None, judge
             output: Path | None, no_save: bool, as_json: bool) -> None:
     """Score a stored RUN's outputs again (checks, judge, verdicts, thresholds) without calling the
     model under test; only the judge is called. The new run records RUN as its source."""
-    from ..backends.rescore import judge_here, start_rescore
-    from ..ci.artifacts import check_state_dir, check_writable, load_report, require_complete
-    from ..ci.registry import Registry, resolve_ref
+    from ..executors.rescore import judge_here, start_rescore
+    from ..runs.archive import check_state_dir, check_writable, load_report, require_complete
+    from ..runs.registry import Registry, resolve_ref
     from ..ci.rescore import rescoring
     from ..envvars import env_int
     from .console import LiveProgress
@@ -131,16 +131,16 @@ def rescore(run_ref: str, spec_path: Path | None, judge_model: str | None, judge
     total = rin.source.count * len(rin.spec.adapters) * rin.trials
     with LiveProgress(enabled=False if as_json else None) as bar:
         if broker is None:
-            from ..backends.store import MemoryStore
+            from ..executors.store import MemoryStore
 
             store = MemoryStore()
             plan, engine, _ = start_rescore(store, "embedded", rin.spec, rin.source, rin.trials, stored)
             judge_here(store, plan.run_id, engine, concurrency or env_int("EVALFARM_MAX_IN_FLIGHT", 64, 1, 100000),
                        bar.update)
         else:
-            from ..backends.celery.coordinator import CeleryBackend
-            from ..backends.celery.rescore import judge_on_farm
-            from ..backends.celery.settings import FarmSettings, pick_batch_size
+            from ..executors.celery.coordinator import CeleryBackend
+            from ..executors.celery.rescore import judge_on_farm
+            from ..executors.celery.settings import FarmSettings, pick_batch_size
 
             backend = CeleryBackend(FarmSettings.from_env(broker_url=broker))
             store = backend.store
@@ -172,7 +172,7 @@ def flaky(state_dir: Path, spec_name: str | None, last_n: int, as_json: bool) ->
     """Cases whose verdict changed across the last N comparable runs (same prompt version, model and
     dataset hash), with their flip counts, most flips first."""
     from ..ci.flaky import flaky_cases
-    from ..ci.registry import DB_NAME
+    from ..runs.registry import DB_NAME
 
     if not (state_dir / DB_NAME).is_file() and not (state_dir / "runs").is_dir():
         raise UsageError(f"no runs recorded in {state_dir}; run a spec first (or pass --state-dir)")

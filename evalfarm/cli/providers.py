@@ -29,8 +29,9 @@ def mock_provider(host: str, port: int, latency_ms: float, error_rate: float, ra
                   api_key: str | None, script: Path | None, seed: int, agent_script: Path | None,
                   quota_after: int | None) -> None:
     """A local OpenAI-compatible chat server: echo or scripted replies, usage, 429s, 5xx."""
-    from ..providers.mock_agents import AgentProtocols, load_agent_script
-    from ..providers.mock_server import MockProvider, load_script, serve
+    from ..mock.agents import AgentProtocols
+    from ..mock.script import load_agent_script
+    from ..mock.server import MockProvider, load_script, serve
 
     try:
         rules = load_script(script) if script else None
@@ -74,7 +75,7 @@ def rubric(spec_arg: str, case_id: str | None, case_input: str | None, tags: tup
     """Draft a weighted rubric for a new case with the judge model; writes case YAML."""
     import asyncio
 
-    from ..ci.artifacts import atomic_write
+    from ..runs.archive import atomic_write
     from ..engine.judges import JudgeError
     from ..engine.rubric import draft_case
     from ..providers.errors import ProviderError
@@ -99,7 +100,7 @@ def rubric(spec_arg: str, case_id: str | None, case_input: str | None, tags: tup
     if not base_url:
         raise UsageError("no endpoint: pass --base-url or set EVAL_BASE_URL")
     if output:
-        from ..ci.artifacts import check_writable
+        from ..runs.archive import check_writable
 
         check_writable(Path(output), "--output")  # before the paid call, not after it
     register_secret_env(api_key_env)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -48,11 +47,11 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
         broker: str | None, batch_size: int | None, timeout_s: float | None, as_json: bool, detach: bool,
         use_cache: bool, max_cost: float | None, force: bool, **ci) -> None:
     """Validate SPEC (or --dataset cases with --model), run every item, aggregate, apply thresholds."""
-    from ..ci.artifacts import check_state_dir, check_writable
+    from ..runs.archive import check_state_dir, check_writable
     from ..ci.pipeline import baseline_for
-    from ..ci.registry import Registry, check_baseline_name, check_prompt_unchanged
+    from ..runs.registry import Registry, check_baseline_name, check_prompt_unchanged
     from ..names import baseline_name_problem
-    from ..orchestrator import Orchestrator
+    from ..runs.submit import Orchestrator
     from ..spec.binding import bind_environment
     from ..spec.load import open_spec, spec_from_cases
     from ..spec.prompts import dataset_hash, version_for
@@ -64,7 +63,9 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
     if spec_path is not None:
         if model or judge_model:
             raise EvalfarmError("--model/--judge-model go with --dataset; a SPEC names its adapters and judge")
-        spec_file = open_spec(spec_path)
+        from ..agents.workspace import pin_spec_file
+
+        spec_file = pin_spec_file(open_spec(spec_path))
     else:
         if not model:
             raise EvalfarmError("--dataset needs --model (the model under test)")
@@ -115,22 +116,20 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
         options["budget_usd"] = budget
     cache = None
     if broker is None:
-        from ..backends.inprocess import InProcessBackend
-        from ..backends.finalize import run_ttl_s
+        from ..executors.inprocess import InProcessBackend
+        from ..executors.finalize import run_ttl_s
         from ..envvars import env_int
 
         env_int("EVALFARM_BATCH_SIZE", None, 1, 10000)  # a bad value is refused in every backend
         run_ttl_s()  # read at the end of the run: refuse a bad value before anything is spent
         backend = InProcessBackend(concurrency or env_int("EVALFARM_MAX_IN_FLIGHT", 64, 1, 100000))
-        # agent patches and check logs (agents/blobs.py) go beside the run's report unless EVALFARM_BLOB_DIR says
-        os.environ["EVALFARM_STATE_DIR"] = str(state_dir.resolve())
         if use_cache:
             from ..engine.cache import SqliteCache
 
             cache = SqliteCache(state_dir / "cache.sqlite")
     else:
-        from ..backends.celery.coordinator import CeleryBackend
-        from ..backends.celery.settings import FarmSettings
+        from ..executors.celery.coordinator import CeleryBackend
+        from ..executors.celery.settings import FarmSettings
 
         overrides: dict = {"batch_size": batch_size} if batch_size else {}
         backend = CeleryBackend(FarmSettings.from_env(broker_url=broker, **overrides))

@@ -69,3 +69,20 @@ def exit_code(report: dict[str, Any]) -> int:
     if report.get("nothing_measured"):
         return EXIT_NOTHING_MEASURED
     return EXIT_OK if report.get("thresholds_passed") and not stopped(report) else EXIT_FAILED
+
+
+# -- each case's verdict in a run (the registry keeps them for flake history) ---------------------------
+PASS, FAIL, UNMEASURED = "pass", "fail", "unmeasured"
+
+
+def word(verdict: bool | None) -> str:
+    return UNMEASURED if verdict is None else (PASS if verdict else FAIL)
+
+
+def case_rows(outcomes: Iterable[dict[str, Any]]) -> list[tuple[str, str, str, int]]:
+    """(adapter, case id, verdict, trials) per case, in first-seen order: a case is (adapter, case id),
+    its verdict pass^k over its trials (``pass``, ``fail`` or ``unmeasured``)."""
+    trials: dict[tuple[str, str], list[bool | None]] = {}
+    for o in outcomes:
+        trials.setdefault((str(o["adapter"]), str(o["prompt_id"])), []).append(item_passed(o))
+    return [(a, c, word(case_verdict(v)), len(v)) for (a, c), v in trials.items()]

@@ -26,7 +26,7 @@ from .safe import BadRef
 
 # --- evalfarm internals (the only imports of evalfarm modules in evalfarm/dashboard/) -------------
 from ..ci.diff import compare_cases, diff_reports  # noqa: E402
-from ..ci.registry import BASELINE_PREFIX, DB_NAME, result_of  # noqa: E402
+from ..runs.registry import BASELINE_PREFIX, DB_NAME, result_of  # noqa: E402
 from ..core.report import SCHEMA as REPORT_SCHEMA  # noqa: E402
 from ..core.taxonomy import MODES as FAILURE_MODES  # noqa: E402
 from ..core.verdict import item_passed, stopped  # noqa: E402
@@ -42,10 +42,10 @@ def _ab():
 
 
 def _farm():
-    from ..backends.celery.app import QUEUES
-    from ..backends.celery.broker_scan import PRIORITY_SEP
-    from ..backends.celery.store import RUNS_INDEX, RedisStore
-    from ..backends.store import COST_SCALE
+    from ..executors.celery.app import QUEUES
+    from ..executors.celery.broker_scan import PRIORITY_SEP
+    from ..executors.celery.store import RUNS_INDEX, RedisStore
+    from ..executors.store import COST_SCALE
 
     return QUEUES, PRIORITY_SEP, COST_SCALE, RUNS_INDEX, RedisStore
 
@@ -723,7 +723,7 @@ class State:
                                 for a in static["adapters"]]}
 
     def _workers(self, r, now: float) -> list[dict[str, Any]]:
-        from .heartbeat import KEY_PREFIX
+        from ..executors.celery.heartbeat import KEY_PREFIX
 
         keys = sorted(r.scan_iter(match=f"{KEY_PREFIX}*", count=500))[:500]
         if not keys:
@@ -772,14 +772,14 @@ class State:
 
 def redis_client(url: str):
     """A redis-py client for the farm's Redis that fails fast, so a page never hangs."""
-    from ..backends.celery.redis_tls import fail_fast_client
+    from ..executors.celery.redis_tls import fail_fast_client
 
     return fail_fast_client(url)
 
 
 def check_broker(url: str | None) -> str | None:
     """``--broker``: a Redis URL whose database is a number, or None."""
-    from ..backends.celery.settings import check_redis_url
+    from ..executors.celery.settings import check_redis_url
 
     if url is None:
         return None

@@ -57,6 +57,11 @@ class Engine:
     def judged(self) -> bool:
         return self.judge_ is not None
 
+    def configs(self) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
+        """(adapter configs by id, judge config): what an item's key hashes besides the prompt."""
+        return ({a: ad.config() for a, ad in self.adapters.items()},
+                self.judge_.config() if self.judge_ is not None else None)
+
     async def _complete(self, item: Item, adapter: Adapter) -> tuple[Completion, bool]:
         if self.cache is None or not getattr(adapter, "cacheable", True):  # an agent run is never cached
             return await adapter.complete(item.prompt, item.trial), False

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from ..core.taxonomy import MODES
 from ..engine.adapters import Completion
 from ..engine.judges import LLMJudge
-from ..orchestrator import Runner
+from ..runs.submit import Runner
 from ..providers.errors import AuthError, RateLimited, ServerError
 from ..providers.retry import RetryPolicy, with_retries
 from ..spec.load import SpecFile

@@ -6,10 +6,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from ..ci.artifacts import save_report
+from ..runs.archive import save_report
 from ..ci.diff import compare_cases
 from ..ci.gate import evaluate
-from ..ci.registry import Registry, baseline_report
+from ..runs.registry import Registry, baseline_report
 from ..spec.models import Thresholds
 
 

@@ -19,10 +19,9 @@ from .cases import load_cases
 from .dataset import check_duplicates, is_case_yaml, iter_jsonl, load_any
 from .models import AdapterSpec, EvalSpec, JudgeSpec
 from .source import PromptSource
-from .sourcemap import check_regular_file, line_for, load_yaml, read_text
+from .sourcemap import check_regular_file, dotted, line_for, load_yaml, read_text
 from .suite import is_suite, suite_spec
 from .validation import spec_error
-from .workspace import resolve_workspace
 
 
 HOLD_BYTES = 4 << 20  # JSONL datasets up to this size are held after validation, larger ones streamed
@@ -98,7 +97,8 @@ def source_for(spec: EvalSpec, base_dir: Path, spec_path: Path | None = None,
 
 def open_spec(path: Path | str) -> SpecFile:
     """Load and fully validate a spec file (or a spawn suite, spec/suite.py), its dataset and merged
-    prompts, and its workspace (the repo exists, the base is pinned to a commit)."""
+    prompts, and that agents and a workspace go together. Pinning the workspace to a commit runs git:
+    ``agents.workspace.pin_spec_file`` does it, in ``runs/`` (the spec layer runs nothing)."""
     path = Path(path)
     data, lines = load_yaml(read_text(path), path)
     if is_suite(data):
@@ -106,7 +106,11 @@ def open_spec(path: Path | str) -> SpecFile:
     else:
         spec = parse_spec(data, path=path, lines=lines)
     sf = SpecFile(spec, source_for(spec, path.parent, path, lines), path, lines)
-    return sf.with_spec(resolve_workspace(spec, path.parent, sf.where))
+    problem = spec.spawn_problem()
+    if problem is not None:
+        loc, message = problem
+        raise SpecError(message, field=dotted(loc), **sf.where(*loc))
+    return sf
 
 
 def load_spec(path: Path | str) -> EvalSpec:

@@ -20,7 +20,8 @@ from ...core.plan import store_rows
 from ...engine.items import Engine
 from ...errors import EXIT_INTERNAL, EvalfarmError, FarmError, InfrastructureError, Interrupted
 from ...redact import redact
-from ..base import Plan, ProgressFn
+from ...core.plan import Plan
+from ..base import ProgressFn
 from ..finalize import run_ttl_s
 from ..store import Progress, batched, progress_of
 from .app import AGGREGATE, JUDGE_BATCH, RUN_BATCH, create_app

@@ -22,7 +22,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from ..core.verdict import item_passed
+from ...core.verdict import item_passed
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -138,7 +138,7 @@ def sample_queues(redis_url: str, pools: dict[str, tuple[str, ...]], interval_s:
     import threading
     import time
 
-    from ..backends.celery.redis_tls import fail_fast_client as redis_client
+    from .redis_tls import fail_fast_client as redis_client
 
     client = redis_client(redis_url)
 

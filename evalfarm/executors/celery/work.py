@@ -66,8 +66,9 @@ WORKER_LOOP = LoopThread()
 class RunContext:
     """A run's spec and engine, built once per process and run."""
 
-    def __init__(self, meta: dict[str, Any], store_url: str | None = None) -> None:
+    def __init__(self, meta: dict[str, Any], store_url: str | None = None, blob_dir: str | None = None) -> None:
         self.meta = meta
+        self.blob_dir = blob_dir
         self.spec = spec_of(meta)
         self.options = meta.get("options") or {}
         self._engine: Engine | None = None
@@ -97,6 +98,10 @@ class RunContext:
     def engine(self) -> Engine:
         if self._engine is None:
             engine = build_engine(self.spec, cache=self._cache())
+            if self.blob_dir:  # agent adapters write patches and check logs to this worker's blob directory
+                for adapter in engine.adapters.values():
+                    if hasattr(adapter, "blob_dir"):
+                        adapter.blob_dir = Path(self.blob_dir)
             engine.budget = spend_guard(self.store_url, self.meta)  # a budgeted run's fleet-wide spend
             self._engine = engine
         return self._engine
@@ -106,7 +111,7 @@ _CONTEXTS: "OrderedDict[str, RunContext]" = OrderedDict()
 _CONTEXT_LOCK = threading.Lock()
 
 
-def context_for(store: RunStore, run_id: str, store_url: str | None) -> RunContext | None:
+def context_for(store: RunStore, run_id: str, store_url: str | None, blob_dir: str | None = None) -> RunContext | None:
     """Built once per process and run, even when several task threads ask at once."""
     ctx = _CONTEXTS.get(run_id)
     if ctx is not None:
@@ -118,7 +123,7 @@ def context_for(store: RunStore, run_id: str, store_url: str | None) -> RunConte
         meta = store.get_meta(run_id)
         if meta is None:
             return None
-        ctx = _CONTEXTS[run_id] = RunContext(meta, store_url)
+        ctx = _CONTEXTS[run_id] = RunContext(meta, store_url, blob_dir)
         while len(_CONTEXTS) > 16:
             _CONTEXTS.popitem(last=False)
     return ctx
@@ -194,9 +199,9 @@ def _deadline(time_limit_s: float | None) -> float | None:
 
 def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: int,
                   enqueue_aggregate: Callable[[str], None], enqueue_judge: Enqueue,
-                  time_limit_s: float | None = None, store_url: str | None = None) -> int:
+                  time_limit_s: float | None = None, store_url: str | None = None, blob_dir: str | None = None) -> int:
     """Call the adapter for the batch's unfinished items; returns how many were called."""
-    ctx = context_for(store, run_id, store_url)
+    ctx = context_for(store, run_id, store_url, blob_dir)
     if ctx is None:
         log.warning("batch_for_unknown_run", run_id=run_id)
         return 0
@@ -242,9 +247,9 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
 
 def execute_judge(store: RunStore, run_id: str, keys: list[str], max_in_flight: int,
                   enqueue_aggregate: Callable[[str], None], time_limit_s: float | None = None,
-                  store_url: str | None = None) -> int:
+                  store_url: str | None = None, blob_dir: str | None = None) -> int:
     """Judge called-but-unjudged items and record them; returns how many were judged."""
-    ctx = context_for(store, run_id, store_url)
+    ctx = context_for(store, run_id, store_url, blob_dir)
     if ctx is None or _cancelled(store, run_id):
         return 0
     done = store.done_keys(run_id, keys)

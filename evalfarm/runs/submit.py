@@ -12,17 +12,19 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .backends.base import Backend, Plan, ProgressFn, plan_run
-from .backends.inprocess import InProcessBackend
-from .core.report import RunReport
-from .engine import Where, build_engine
-from .engine.adapters import Adapter, CallableAdapter
-from .engine.cache import ResponseCache
-from .engine.judges import CallableJudge, Judge
-from .spec.binding import bind_environment
-from .spec.load import SpecFile, source_for
-from .spec.models import EvalSpec, JudgeSpec, PromptSpec
-from .spec.source import PromptSource
+from ..core.plan import Plan, plan_run
+from ..executors.base import Backend, ProgressFn
+from ..executors.inprocess import InProcessBackend
+from ..core.report import RunReport
+from ..engine import Where, build_engine
+from ..engine.adapters import Adapter, CallableAdapter
+from ..engine.cache import ResponseCache
+from ..engine.judges import CallableJudge, Judge
+from ..spec.binding import bind_environment
+from ..spec.load import SpecFile, source_for
+from ..spec.models import EvalSpec, JudgeSpec, PromptSpec
+from ..spec.source import PromptSource
+from .state import StateDir
 
 
 class Orchestrator:
@@ -40,9 +42,13 @@ class Orchestrator:
                run_id: str | None = None) -> Plan:
         """Validate, plan and hand the plan to the backend (the in-process backend runs it now)."""
         engine = build_engine(spec, where, adapters=adapters, judge=judge, cache=cache, preflight=True)
+        blobs = StateDir.of((options or {}).get("state_dir")).blobs  # agents' patches and logs: the run's state dir
+        for adapter in engine.adapters.values():
+            if hasattr(adapter, "blob_dir"):
+                adapter.blob_dir = blobs
         if spec.budget_usd is not None and "budget_usd" not in (options or {}):  # the spec's budget_usd
             options = {**(options or {}), "budget_usd": spec.budget_usd}
-        plan = plan_run(spec, source, engine, trials, options, run_id)
+        plan = plan_run(spec, source, engine.configs(), trials, options, run_id)
         self.backend.start(plan, engine, on_progress)
         return plan
 
@@ -79,6 +85,10 @@ class Runner:
             spec_file = spec
         else:
             spec_file = SpecFile(spec, source_for(spec, Path(base_dir) if base_dir else Path.cwd()))
+        if spec_file.spec.workspace is not None:
+            from ..agents.workspace import pin_spec_file
+
+            spec_file = pin_spec_file(spec_file)
         spec = spec_file.spec
         if self.executor is not None:
             adapters = {a: CallableAdapter(a, self.executor) for a in spec.adapter_ids}

@@ -1,4 +1,4 @@
-"""A spec's workspace, checked and pinned when the spec is loaded (before anything is queued).
+"""A spec's workspace, pinned before anything is queued (``runs/`` calls this; loading a spec runs no git).
 
 Agents and a workspace must go together (``EvalSpec.spawn_problem``); the repo must exist (a local
 path, relative to the spec file, becomes absolute; a git URL is mirrored) and ``base`` must name a
@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from ..agents.errors import SandboxError
-from ..agents.repos import is_url, local_repo
+from .errors import SandboxError
+from .repos import is_url, local_repo
 from ..errors import SpecError
-from .models import EvalSpec, Workspace
-from .sourcemap import dotted
+from ..spec.models import EvalSpec, Workspace
+from ..spec.sourcemap import dotted
 
 Where = Callable[..., dict[str, Any]]
 
@@ -41,3 +41,10 @@ def resolve_workspace(spec: EvalSpec, base_dir: Path, where: Where | None = None
     if spec.workspace is None:
         return spec
     return spec.model_copy(update={"workspace": pin_workspace(spec.workspace, base_dir, where)})
+
+
+def pin_spec_file(spec_file):
+    """A ``SpecFile`` whose workspace (if any) is pinned, errors pointing into its file."""
+    if spec_file.spec.workspace is None:
+        return spec_file
+    return spec_file.with_spec(resolve_workspace(spec_file.spec, spec_file.base_dir, spec_file.where))

@@ -23,8 +23,8 @@ from ..core.verdict import NOTHING, PASSED, run_verdict, stopped
 from ..errors import SpecError, UsageError
 from ..names import baseline_name_problem, printable
 from ..perms import file_mode, make_dir
-from .artifacts import list_runs, load_report, resolve_run, runs_dir
-from .verdicts import case_rows, case_rows_of_file
+from ..core.verdict import case_rows
+from .archive import list_runs, load_report, outcomes_of, resolve_run, runs_dir
 
 DB_NAME = "registry.db"
 BASELINE_PREFIX = "baseline:"
@@ -139,7 +139,7 @@ class Registry:
             return []
         if "outcomes" in report:
             return case_rows(report["outcomes"])
-        return case_rows_of_file(artifact) if artifact.is_file() else []
+        return outcomes_of(artifact, case_rows) if artifact.is_file() else []
 
     @_db_errors
     def backfill_verdicts(self) -> int:

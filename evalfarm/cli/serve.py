@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .data import UsageError, check_broker, check_state_dir, redact
+from ..dashboard.data import UsageError, check_broker, check_state_dir, redact
 
 MIN_TOKEN = 16
 
@@ -26,7 +26,7 @@ MIN_TOKEN = 16
 def serve(state_dir: Path, broker: str | None, host: str, port: int, token: str | None) -> None:
     """Serve the dashboard: runs, run details, diffs, A/B artifacts and the live farm; a JSON API
     under /api/ and Prometheus metrics on /metrics. Read-only."""
-    from .app import create_app, is_loopback
+    from ..dashboard.app import create_app, is_loopback
 
     check_state_dir(state_dir)
     broker = check_broker(broker or None)
@@ -44,7 +44,7 @@ def serve(state_dir: Path, broker: str | None, host: str, port: int, token: str 
 async def _serve(app, host: str, port: int, state_dir: Path, broker: str | None, has_token: bool) -> None:
     from aiohttp import web
 
-    from .app import is_loopback
+    from ..dashboard.app import is_loopback
 
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
     await runner.setup()

@@ -6,7 +6,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from ..canonical import sha256_hex
 from ..core.report import RunReport, render_markdown, report_bytes, report_problem
@@ -15,6 +15,7 @@ from ..names import is_run_id, run_id_problem
 from ..perms import can_create_in, file_mode, make_dir
 
 DEFAULT_STATE_DIR = Path(".evalfarm")
+T = TypeVar("T")
 
 
 def runs_dir(state_dir: Path | str) -> Path:
@@ -205,3 +206,37 @@ def require_complete(report: dict[str, Any], where: str) -> dict[str, Any]:
                          f"{report.get('items_done')} of {report.get('items_planned')} items measured); "
                          "diff, gate and baselines need a complete run")
     return report
+
+
+OUTCOMES_LINE = '"outcomes": ['  # the line of a report file (core.report.head_bytes) the outcome lines follow
+
+
+def iter_outcomes(path: Path) -> Iterator[dict[str, Any]]:
+    """A stored report's outcomes read a line at a time (the report writes one outcome per line), so a
+    100,000-item run is never held whole. A file not in that layout (reformatted, or written by another
+    tool) raises ValueError, possibly after some outcomes: a caller that wants to fall back to reading
+    the file whole starts over (``outcomes_of``)."""
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip() == OUTCOMES_LINE:
+                break
+        else:
+            raise ValueError("no outcomes line")
+        for line in fh:
+            text = line.strip()
+            if text.startswith("]"):
+                return
+            item = json.loads(text.rstrip(","))
+            if not isinstance(item, dict):
+                raise ValueError("not an outcome")
+            yield item
+        raise ValueError("the outcomes never end")
+
+
+def outcomes_of(path: Path, consume: Callable[[Iterable[dict[str, Any]]], T]) -> T:
+    """``consume`` the report's outcomes streamed, or, for a file not in the streamed layout, read whole."""
+    try:
+        return consume(iter_outcomes(path))
+    except ValueError:
+        with open(path, encoding="utf-8") as fh:
+            return consume(json.load(fh).get("outcomes") or [])

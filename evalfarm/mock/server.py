@@ -1,4 +1,5 @@
-"""`evalfarm mock-provider`: a local OpenAI-compatible chat server for tests, demos and load tests.
+"""`evalfarm mock-provider`: the OpenAI chat-completions protocol as evals use it, for tests, demos and
+load tests (the agents' protocols are attached beside it: mock/agents.py).
 
 Replies echo the last user message (or follow a script), with usage figures and
 a finish_reason. It can add latency, fail a fraction of requests with 5xx, and
@@ -85,7 +86,7 @@ class MockProvider:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/chat/completions", self.chat)
         app.router.add_get("/stats", self.stats)
-        if getattr(self, "agents", None) is not None:  # --agent-script: providers/mock_agents.py
+        if getattr(self, "agents", None) is not None:  # --agent-script: mock/agents.py
             self.agents.attach(app)
         return app
 

@@ -17,9 +17,9 @@ from typing import Any
 import click
 import yaml
 
-from ..ci.artifacts import atomic_write, load_report, write_stream
-from ..ci.registry import resolve_ref
-from ..cli.options import state_dir_option
+from ..runs.archive import atomic_write, load_report, write_stream
+from ..runs.registry import resolve_ref
+from .options import state_dir_option
 from ..errors import EvalfarmError, SpecError, UsageError
 from ..spec.load import load_spec, open_spec
 
@@ -63,7 +63,7 @@ def import_promptfoo(config: Path, output: Path | None, skip_unsupported: bool) 
     Anything else is listed with its file and line, and the import stops (exit 2) unless
     --skip-unsupported.
     """
-    from .promptfoo import import_config
+    from ..interop.promptfoo import import_config
 
     if not config.is_file():
         raise UsageError(f"{config}: no such file")
@@ -133,7 +133,7 @@ _output_option = click.option("-o", "--output", type=click.Path(path_type=Path),
 @state_dir_option
 def export_jsonl(run: str, output: Path | None, state_dir: Path) -> None:
     """One JSON object per item (RUN: a report path, run id, id prefix or baseline:NAME)."""
-    from .rows import jsonl_chunks, rows
+    from ..interop.rows import jsonl_chunks, rows
 
     report, source = _report(run, state_dir)
     _emit(jsonl_chunks(rows(report)), output)
@@ -145,7 +145,7 @@ def export_jsonl(run: str, output: Path | None, state_dir: Path) -> None:
 @state_dir_option
 def export_csv(run: str, output: Path | None, state_dir: Path) -> None:
     """One CSV row per item, with a header; text that looks like a formula is prefixed with '."""
-    from .rows import csv_chunks, rows
+    from ..interop.rows import csv_chunks, rows
 
     report, source = _report(run, state_dir)
     _emit(csv_chunks(rows(report)), output)
@@ -171,7 +171,7 @@ def export_inspect(run: str, output: Path, adapter: str | None, spec_path: Path 
     cancelled."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from .inspect_log import eval_log
+    from ..interop.inspect_log import eval_log
 
     report, source = _report(run, state_dir)
     adapters = list(dict.fromkeys((report.get("adapters") or []) + [o["adapter"] for o in report["outcomes"]]))

@@ -6,7 +6,7 @@ a worker that dies (even by SIGKILL) disappears from the farm page within ``ttl_
 stop deletes its key at once. The dashboard only reads these keys (``SCAN ef:worker:*``).
 
 Two ways in: ``start(url, name, ...)`` from the worker command, or, until the worker calls it,
-``EVALFARM_PLUGINS=evalfarm.dashboard.heartbeat``: importing this module in a Celery worker
+``EVALFARM_PLUGINS=evalfarm.executors.celery.heartbeat``: importing this module in a Celery worker
 connects ``worker_ready``/``worker_shutdown`` so every worker beats with no code change.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Sequence
 
-from ..envvars import env_float
+from ...envvars import env_float
 
 KEY_PREFIX = "ef:worker:"
 INTERVAL_S = 10.0
@@ -34,7 +34,7 @@ class Heartbeat:
 
     def __init__(self, url: str, name: str, queues: Sequence[str] = (), concurrency: int = 0,
                  interval_s: float = INTERVAL_S, ttl_s: int = TTL_S) -> None:
-        from ..backends.celery.redis_tls import fail_fast_client as redis_client
+        from .redis_tls import fail_fast_client as redis_client
 
         if ttl_s <= interval_s:
             raise ValueError("the TTL must outlive the interval, or a live worker would blink out")
@@ -76,7 +76,7 @@ def start(url: str, name: str, queues: Sequence[str] = (), concurrency: int = 0,
     return Heartbeat(url, name, queues, concurrency, interval_s, ttl_s).start()
 
 
-# --- opt-in Celery hook (EVALFARM_PLUGINS=evalfarm.dashboard.heartbeat) --------------------------------
+# --- opt-in Celery hook (EVALFARM_PLUGINS=evalfarm.executors.celery.heartbeat) --------------------------------
 _RUNNING: list[Heartbeat] = []
 
 
@@ -98,7 +98,7 @@ def _on_ready(sender=None, **_: Any) -> None:
     except Exception as exc:  # noqa: BLE001 - presence is not worth a worker: warn and work on
         import logging
 
-        from ..redact import redact
+        from ...redact import redact
         logging.getLogger("evalfarm.heartbeat").warning("heartbeat disabled: %s", redact(str(exc)))
 
 

@@ -21,7 +21,8 @@ from ..core.plan import store_rows
 from ..engine.budget import LocalSpend
 from ..engine.items import Engine
 from ..providers.limits import set_process_cap
-from .base import Plan, ProgressFn
+from ..core.plan import Plan
+from .base import ProgressFn
 from .finalize import finalize
 from .store import MemoryStore, RunStore, batched, progress_of
 

@@ -86,12 +86,13 @@ def register(app: Celery, settings: FarmSettings) -> None:
     def run_batch(run_id: str, keys: list[str]) -> int:
         return until_done(RUN_BATCH, run_id, lambda: work.execute_batch(
             store_for(url), run_id, keys, settings.max_in_flight, enqueue_aggregate, enqueue_judge,
-            settings.time_limit_s, url))
+            settings.time_limit_s, url, settings.blob_dir))
 
     @app.task(name=JUDGE_BATCH, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def judge_batch(run_id: str, keys: list[str]) -> int:
         return until_done(JUDGE_BATCH, run_id, lambda: work.execute_judge(
-            store_for(url), run_id, keys, settings.max_in_flight, enqueue_aggregate, settings.time_limit_s, url))
+            store_for(url), run_id, keys, settings.max_in_flight, enqueue_aggregate, settings.time_limit_s, url,
+            settings.blob_dir))
 
     @app.task(name=AGGREGATE, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def aggregate(run_id: str) -> bool:

@@ -23,6 +23,7 @@ class FarmSettings:
     idle_warning_s: float = 30.0  # warn when nothing has finished after this long (no worker?)
     stall_notice_s: float = 20.0  # say why when a run has not moved for this long (full Redis, lost items)
     connect_timeout_s: float = 10.0  # an unreachable broker fails within this (EVALFARM_CONNECT_TIMEOUT)
+    blob_dir: str | None = None  # a worker's directory for agents' patches and logs (the worker command sets it)
 
     @property
     def effective_store_url(self) -> str | None:

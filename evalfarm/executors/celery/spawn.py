@@ -206,7 +206,8 @@ def register_spawn(app: Celery, settings: FarmSettings, spawn: FarmSettings) -> 
             # no batch deadline: the agent's own timeout (timeout_s) bounds the item, and the lease keeps
             # the message while it runs
             return until_done(SPAWN_ITEM, run_id, lambda: work.execute_batch(
-                store_for(url), run_id, keys, settings.max_in_flight, enqueue_aggregate, enqueue_judge, None, url))
+                store_for(url), run_id, keys, settings.max_in_flight, enqueue_aggregate, enqueue_judge, None, url,
+                settings.blob_dir))
 
 
 def spawn_worker_app(settings: FarmSettings, pool: Pool) -> Celery:

@@ -22,7 +22,8 @@ from ..engine.stored import replay
 from ..providers.limits import set_process_cap
 from ..spec.models import EvalSpec
 from ..spec.source import PromptSource
-from .base import Plan, ProgressFn, plan_run
+from ..core.plan import Plan, plan_run
+from .base import ProgressFn
 from .finalize import finalize
 from .store import RunStore, batched, progress_of
 
@@ -36,7 +37,7 @@ def start_rescore(store: RunStore, mode: str, spec: EvalSpec, source: PromptSour
     the judge). Items that need no judge (no judge configured, or their model call errored) are
     recorded at once."""
     engine = build_engine(spec)
-    plan = plan_run(spec, source, engine, trials, options)
+    plan = plan_run(spec, source, engine.configs(), trials, options)
     meta = plan.meta(mode, **({"batch_size": batch_size} if batch_size else {}))
     store.create_run(plan.run_id, meta)
     waiting = 0
