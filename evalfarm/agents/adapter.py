@@ -103,8 +103,8 @@ class AgentAdapter:
             raise AgentSetupError(f"adapter {self.id!r}: no blob directory was handed over for its patches and logs")
         return self._blob_dir
 
-    @blob_dir.setter
-    def blob_dir(self, path: Path) -> None:
+    def use_blob_dir(self, path: Path) -> None:
+        """Whoever runs the adapter hands over where its patches and logs go."""
         self._blob_dir = Path(path)
 
     # -- set-up ----------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -105,7 +104,7 @@ def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str
     env_float("EVALFARM_HEARTBEAT_S", INTERVAL_S, 0.1, 3600)
     from ..runs.state import StateDir
 
-    blob_dir = os.environ.get("EVALFARM_BLOB_DIR") or str(StateDir.of().blobs.resolve())
+    blob_dir = str(StateDir.of().blobs.resolve())
     settings = FarmSettings.from_env(broker_url=broker, time_limit_s=limit, blob_dir=blob_dir)
     broker_of_queues = settings.broker_url
     if pool == "spawn":  # its own broker (EVALFARM_SPAWN_BROKER_URL); dead runs' sandboxes pruned first

@@ -57,8 +57,9 @@ class StateDir:
 
     @property
     def blobs(self) -> Path:
-        """Agents' patches, check logs and trajectories, by SHA-256."""
-        return self.root / "blobs"
+        """Agents' patches, check logs and trajectories, by SHA-256 (``EVALFARM_BLOB_DIR`` puts them
+        elsewhere, e.g. a volume every spawn worker shares)."""
+        return Path(os.environ.get("EVALFARM_BLOB_DIR") or self.root / "blobs")
 
     @property
     def cache_db(self) -> Path:

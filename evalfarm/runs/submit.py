@@ -44,8 +44,8 @@ class Orchestrator:
         engine = build_engine(spec, where, adapters=adapters, judge=judge, cache=cache, preflight=True)
         blobs = StateDir.of((options or {}).get("state_dir")).blobs  # agents' patches and logs: the run's state dir
         for adapter in engine.adapters.values():
-            if hasattr(adapter, "blob_dir"):
-                adapter.blob_dir = blobs
+            if hasattr(adapter, "use_blob_dir"):
+                adapter.use_blob_dir(blobs)
         if spec.budget_usd is not None and "budget_usd" not in (options or {}):  # the spec's budget_usd
             options = {**(options or {}), "budget_usd": spec.budget_usd}
         plan = plan_run(spec, source, engine.configs(), trials, options, run_id)

@@ -100,8 +100,8 @@ class RunContext:
             engine = build_engine(self.spec, cache=self._cache())
             if self.blob_dir:  # agent adapters write patches and check logs to this worker's blob directory
                 for adapter in engine.adapters.values():
-                    if hasattr(adapter, "blob_dir"):
-                        adapter.blob_dir = Path(self.blob_dir)
+                    if hasattr(adapter, "use_blob_dir"):
+                        adapter.use_blob_dir(Path(self.blob_dir))
             engine.budget = spend_guard(self.store_url, self.meta)  # a budgeted run's fleet-wide spend
             self._engine = engine
         return self._engine
