@@ -24,7 +24,7 @@ _EXPORTS = {
     "EvalSpec": "evalfarm.spec.models", "PromptSpec": "evalfarm.spec.models", "AdapterSpec": "evalfarm.spec.models",
     "JudgeSpec": "evalfarm.spec.models", "Criterion": "evalfarm.spec.models",
     "Runner": "evalfarm.runs.submit", "Orchestrator": "evalfarm.runs.submit",
-    "RunReport": "evalfarm.core.report", "Outcome": "evalfarm.core.outcome",
+    "RunReport": "evalfarm.core.report.model", "Outcome": "evalfarm.core.outcome",
     "save_report": "evalfarm.runs.archive",
     "Adapter": "evalfarm.engine.adapters", "Completion": "evalfarm.engine.adapters",
     "Judge": "evalfarm.engine.judges", "JudgeResult": "evalfarm.engine.judges",

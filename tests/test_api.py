@@ -6,7 +6,7 @@ from pathlib import Path
 
 from evalfarm import Runner, load_spec, save_report
 from evalfarm.canonical import sha256_hex
-from evalfarm.core.report import render_markdown
+from evalfarm.core.report.markdown import render_markdown
 
 SPEC = """\
 name: api

@@ -8,7 +8,7 @@ import redis
 
 from conftest import EXAMPLES, run_cli
 from evalfarm import Runner, load_spec
-from evalfarm.core.report import stable_view
+from evalfarm.core.report.model import stable_view
 
 SMOKE = str(EXAMPLES / "smoke.yaml")
 

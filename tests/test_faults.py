@@ -15,7 +15,7 @@ import redis
 
 from conftest import EVALFARM, RedisServer, env_for, run_cli, wait_for  # noqa: F401  (fault tests import it)
 from evalfarm import Runner, load_spec
-from evalfarm.core.report import stable_view
+from evalfarm.core.report.model import stable_view
 
 PLUGINS = {"EVALFARM_PLUGINS": "ef_test_adapters", "EVALFARM_VISIBILITY_TIMEOUT": "3",
            "EVALFARM_MAX_IN_FLIGHT": "8"}

@@ -15,7 +15,7 @@ import yaml
 
 from conftest import RedisServer, run_cli
 from evalfarm import Runner, load_spec
-from evalfarm.core.report import stable_view
+from evalfarm.core.report.model import stable_view
 from test_faults import counts, wait_for
 
 ENV = {"EVALFARM_VISIBILITY_TIMEOUT": "10", "EVALFARM_MAX_IN_FLIGHT": "4"}

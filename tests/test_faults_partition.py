@@ -22,7 +22,7 @@ import pytest
 import redis
 
 from conftest import EVALFARM, ROOT, env_for, stop_group
-from evalfarm.core.report import stable_view
+from evalfarm.core.report.model import stable_view
 from netns_hosts import Hosts, why_not
 from test_faults import make_spec
 

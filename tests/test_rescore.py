@@ -15,7 +15,7 @@ from pathlib import Path
 
 from conftest import EVALFARM, env_for, run_cli
 
-from evalfarm.core.report import stable_view
+from evalfarm.core.report.model import stable_view
 
 
 def judged_spec(tmp: Path, url: str, *, name: str = "judged", criteria_b: str | None = None,

@@ -15,7 +15,7 @@ from typing import Any
 from ..executors.store import RunStore
 from ..runs.archive import list_runs, save_report_stream, write_stream
 from ..ci.pipeline import finish_run
-from ..core.report import head_problem, report_problem
+from ..core.report.schema import head_problem, report_problem
 from ..errors import UsageError
 from ..spec.models import Thresholds
 from .console import print_summary

@@ -27,7 +27,7 @@ from .safe import BadRef
 # --- evalfarm internals (the only imports of evalfarm modules in evalfarm/dashboard/) -------------
 from ..ci.diff import compare_cases, diff_reports  # noqa: E402
 from ..runs.registry import BASELINE_PREFIX, DB_NAME, result_of  # noqa: E402
-from ..core.report import SCHEMA as REPORT_SCHEMA  # noqa: E402
+from ..core.report.model import SCHEMA as REPORT_SCHEMA  # noqa: E402
 from ..core.taxonomy import MODES as FAILURE_MODES  # noqa: E402
 from ..core.verdict import item_passed, stopped  # noqa: E402
 from ..errors import EvalfarmError, UsageError  # noqa: E402,F401  (re-exported for cli.py)

@@ -13,7 +13,9 @@ from datetime import datetime, timezone
 
 from ..envvars import env_int
 from ..logs import get_logger
-from ..core.report import ReportBuilder, head_bytes, render_markdown, section_lines
+from ..core.report.builder import ReportBuilder
+from ..core.report.framing import head_bytes, section_lines
+from ..core.report.markdown import render_markdown
 from ..spec.models import EvalSpec
 from .store import COST_SCALE, SPENT_FIELD, RunStore, batched
 

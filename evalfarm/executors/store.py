@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator
 
-from ..core.report import PROMPTS_OPEN, REPORT_CLOSE, SECTIONS
+from ..core.report.framing import PROMPTS_OPEN, REPORT_CLOSE, SECTIONS
 from ..engine.budget import NUSD
 
 COST_SCALE = NUSD  # cost counters are integer nano-dollars: INCRBY is exact, floats are not

@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from ..canonical import sha256_hex
-from ..core.report import RunReport, render_markdown, report_bytes, report_problem
+from ..core.report.model import RunReport
+from ..core.report.markdown import render_markdown
+from ..core.report.framing import report_bytes
+from ..core.report.schema import report_problem
 from ..errors import UsageError
 from ..names import is_run_id, run_id_problem
 from ..perms import can_create_in, file_mode, make_dir

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from ..core.plan import Plan, plan_run
 from ..executors.base import Backend, ProgressFn
 from ..executors.inprocess import InProcessBackend
-from ..core.report import RunReport
+from ..core.report.model import RunReport
 from ..engine import Where, build_engine
 from ..engine.adapters import Adapter, CallableAdapter
 from ..engine.cache import ResponseCache

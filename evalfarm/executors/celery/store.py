@@ -20,7 +20,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from ...core.report import PROMPTS_OPEN, REPORT_CLOSE
+from ...core.report.framing import PROMPTS_OPEN, REPORT_CLOSE
 from ..store import RunStore, cost_meta
 from .redis_tls import KEEPALIVE, SOCKET_TIMEOUT_S, split_tls
 
