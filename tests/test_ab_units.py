@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from evalfarm.ab import audit, compare, ledger
+from evalfarm.ab import audit, compare
+from evalfarm.runs import ledger
 from evalfarm.ab.artifact import build, header_of, to_bytes, verify_rows
 from evalfarm.ab.executors import SYNTHETIC_PRICE, SyntheticExecutor, synthetic_cost
-from evalfarm.ab.harness import inprocess, plan_arms, run_suite, run_variants
+from evalfarm.ab.harness import plan_arms, run_suite, run_variants
 from evalfarm.ab.profiles import CONTROL, PROFILES, profile
 from evalfarm.ab.tasks import load_suite, load_tasks, load_variant
 from evalfarm.errors import SpecError, UsageError
@@ -257,7 +258,7 @@ def test_identical_variant_names_are_an_error(tmp_path):
 def test_artifact_rebuilds_from_ledger_rows_and_catches_a_tampered_row(tmp_path):
     res = run_suite(suite_path=EX / "suite.yaml", arm_a="baseline", arm_b="terse", arms=3, trials=2,
                     executor=SyntheticExecutor(), ledger=tmp_path / "l.jsonl", reports_dir=tmp_path / "r",
-                    audit_dir=tmp_path / "a", run_spec=inprocess)
+                    audit_dir=tmp_path / "a")
     art = res.artifact
     assert res.path.name == hashlib.sha256(res.data).hexdigest() + ".json"
     assert res.data == json.dumps(art, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()

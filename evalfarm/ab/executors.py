@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from ..engine.adapters import Completion
 from ..errors import UsageError
 from ..spec.models import PromptSpec
-from . import ledger as ledger_mod
+from ..runs import ledger as ledger_mod
 from ..runs.state import StateDir
 from .profiles import by_addendum
 from .tasks import load_suite
@@ -128,6 +128,9 @@ class ArmExecutor(Protocol):
     def load_suite(self, path: Path) -> Any:
         """The validated suite (name, scorer, tasks with ids, content_hash()) in this executor's format."""
 
+    def built_adapters(self) -> dict[str, Any] | None:
+        """Adapters this executor already built and checked (the run reuses them, never builds twice)."""
+
     def adapter(self) -> Any:
         """The adapter entry of the farm's spec (an id or an AdapterSpec), resolvable on every worker."""
 
@@ -147,6 +150,9 @@ class _RowWriter:
 
     def load_suite(self, path: Path) -> Any:
         return load_suite(path)
+
+    def built_adapters(self) -> dict[str, Any] | None:
+        return None  # the run builds its adapters from the spec
 
     def row_for(self, run: ArmRun, plan_id: str) -> dict[str, Any]:
         o = run.outcome

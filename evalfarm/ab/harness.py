@@ -1,10 +1,8 @@
-"""Orchestration of both modes, free of Celery: the caller passes ``run_spec``.
-
-``run_spec(spec, trials) -> (run_id, outcomes)`` runs an ``EvalSpec`` somewhere: the CLI
-passes the farm (embedded or Redis); ``inprocess`` uses the in-process Runner. Each arm
-(or variant) x task becomes a prompt ``<arm>/<task id>`` whose ``system`` is the arm's
-addendum, with golden assertions implementing the scorer, so the farm's ``passed`` is the
-quality verdict.
+"""Both modes, end to end, through ``runs.submit`` like any run (in this process, or on the farm when
+the ``Target`` names a broker). Each arm (or variant) x task becomes a prompt ``<arm>/<task id>`` whose
+``system`` is the arm's addendum, with golden assertions implementing the scorer, so the run's
+``passed`` is the quality verdict. A suite is prepared first (``prepare_suite``: the spec, the plan
+id, where the artifact goes), so the caller can estimate its cost before anything is sent.
 """
 from __future__ import annotations
 
@@ -12,28 +10,57 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ..canonical import content_key, sha256_hex
-from ..errors import SpecError, UsageError
-from ..runs.submit import Runner
+from ..errors import Interrupted, SpecError, UsageError
+from ..runs.budget import BudgetStopped, stopped_line
+from ..runs.submit import Target, start
 from ..spec.models import EvalSpec, PromptSpec
+from ..spec.source import PromptSource
 from ..spec.sourcemap import line_for, load_yaml, read_text
 from ..spec.suite import SpawnTask
 from . import artifact as artifact_mod
 from . import audit, compare, pair_index, references
 from ..runs.state import StateDir
-from . import ledger as ledger_mod
+from ..runs import ledger as ledger_mod
 from .executors import ArmExecutor, ArmRun
 from .profiles import CONTROL, Profile, profile
 from .tasks import load_tasks, load_variant
 
-RunSpec = Callable[[EvalSpec, int], tuple[str, list[dict[str, Any]]]]
+Progress = Callable[[Any], None]
 
 
-def inprocess(spec: EvalSpec, trials: int) -> tuple[str, list[dict[str, Any]]]:
-    report = Runner().run(spec, trials=trials)
-    return report.run_id, report.outcomes
+@dataclass(frozen=True)
+class Execution:
+    """How the arms' items run: where (``target``), under which budget, watched how, waited how long."""
+
+    target: Target = Target()
+    budget_usd: float | None = None
+    on_progress: Progress | None = None
+    timeout_s: float | None = None  # farm: give up waiting after this long (the run goes on)
+
+
+def run_arms(spec: EvalSpec, trials: int, how: Execution, adapters: dict[str, Any] | None = None
+             ) -> tuple[str, Iterable[dict[str, Any]]]:
+    """Run the arms' items like any run; (run id, its outcomes streamed in plan order). A partial run
+    (budget, Ctrl-C) compares nothing: it raises instead of returning outcomes."""
+    options = {"budget_usd": how.budget_usd} if how.budget_usd is not None else None
+    source = PromptSource(inline=tuple(spec.prompts), count=len(spec.prompts))
+    run = start(spec, source, how.target, trials=trials, options=options, adapters=adapters,
+                on_progress=how.on_progress)
+    try:
+        run.wait(how.on_progress, how.timeout_s)
+    except KeyboardInterrupt:  # on the farm: the arms' run goes on without us
+        raise Interrupted(f"detached; the arms' run {run.run_id} goes on on the farm ('evalfarm cancel "
+                          f"{run.run_id}' stops it); no comparison was made") from None
+    summary = run.summary()
+    if summary.get("stopped") == "budget":  # a partial A/B compares nothing: no artifact
+        raise BudgetStopped(f"{stopped_line(summary)}; no comparison was made (the arms were not all run)")
+    if summary.get("stopped"):  # Ctrl-C in this process: the calls in flight were cancelled
+        raise Interrupted(f"{summary['stopped']}: the calls in flight were cancelled and nothing more was sent; "
+                          "no comparison was made (the arms were not all run)")
+    return run.run_id, run.outcomes()
 
 
 def assertions(expected: str | None, scorer: str) -> dict[str, Any]:
@@ -100,10 +127,37 @@ class SuiteResult:
     ledger: Path
 
 
+@dataclass
+class PreparedSuite:
+    """A suite ready to run: its spec (for the cost estimate), the artifact's header and plan id, and
+    where the artifact, ledger rows and audit event go."""
+
+    suite: Any
+    executor: ArmExecutor
+    suite_arms: list[SuiteArm]
+    pairs: list[dict[str, Any]]
+    header: dict[str, Any]
+    plan_id: str
+    spec: EvalSpec
+    trials: int
+    ledger: Path
+    reports_dir: Path
+    audit_dir: Path
+
+
 def run_suite(*, suite_path: Path, arm_a: str, arm_b: str, arms: int = 2, trials: int = 1,
               executor: ArmExecutor, role: str = "backend", ledger: Path | None = None,
-              reports_dir: Path | None = None, audit_dir: Path | None = None,
-              run_spec: RunSpec = inprocess, before_emit: Callable[[bytes], None] | None = None) -> SuiteResult:
+              reports_dir: Path | None = None, audit_dir: Path | None = None, how: Execution = Execution(),
+              before_emit: Callable[[bytes], None] | None = None) -> SuiteResult:
+    """Prepare and run a suite (``prepare_suite`` then ``run_prepared``)."""
+    prepared = prepare_suite(suite_path=suite_path, arm_a=arm_a, arm_b=arm_b, arms=arms, trials=trials,
+                             executor=executor, role=role, ledger=ledger, reports_dir=reports_dir, audit_dir=audit_dir)
+    return run_prepared(prepared, how, before_emit)
+
+
+def prepare_suite(*, suite_path: Path, arm_a: str, arm_b: str, arms: int = 2, trials: int = 1,
+                  executor: ArmExecutor, role: str = "backend", ledger: Path | None = None,
+                  reports_dir: Path | None = None, audit_dir: Path | None = None) -> PreparedSuite:
     suite = executor.load_suite(suite_path)
     reports_dir = Path(reports_dir) if reports_dir else StateDir.of().ab_reports
     audit_dir = Path(audit_dir) if audit_dir else StateDir.of().audit
@@ -124,7 +178,16 @@ def run_suite(*, suite_path: Path, arm_a: str, arm_b: str, arms: int = 2, trials
     spec = EvalSpec(name=f"ab-{suite.name}", lineage_tag=f"ab:{plan_id[:12]}", adapters=[executor.adapter()],
                     prompts=_prompts([(a.name, a.profile.addendum) for a in suite_arms], suite.tasks, suite.scorer),
                     trials=trials, workspace=getattr(suite, "workspace", None))
-    run_id, outcomes = run_spec(spec, trials)
+    return PreparedSuite(suite, executor, suite_arms, pairs, header, plan_id, spec, trials, ledger, reports_dir,
+                         audit_dir)
+
+
+def run_prepared(p: PreparedSuite, how: Execution = Execution(),
+                 before_emit: Callable[[bytes], None] | None = None) -> SuiteResult:
+    """Run the arms, anchor their rows in the ledger, build the artifact, append the audit event, publish."""
+    suite, executor, suite_arms, pairs, header, plan_id = p.suite, p.executor, p.suite_arms, p.pairs, p.header, p.plan_id
+    trials, ledger, reports_dir, audit_dir = p.trials, p.ledger, p.reports_dir, p.audit_dir
+    run_id, outcomes = run_arms(p.spec, trials, how, executor.built_adapters())
 
     order = {a.name: i for i, a in enumerate(suite_arms)}
     task_order = {t.id: i for i, t in enumerate(suite.tasks)}
@@ -232,8 +295,23 @@ def verify(artifact_path: Path, ledger: Path | None = None, audit_dir: Path | No
 
 # -- variant mode ----------------------------------------------------------------------------------
 
+@dataclass
+class PreparedVariants:
+    va: Any
+    vb: Any
+    tasks: list[Any]
+    scorer: str
+    spec: EvalSpec
+
+
 def run_variants(*, variant_a: Path, variant_b: Path, tasks_path: Path, scorer: str = "exact",
-                 run_spec: RunSpec = inprocess) -> dict[str, Any]:
+                 how: Execution = Execution()) -> dict[str, Any]:
+    """Prepare and compare two variants (``prepare_variants`` then ``run_prepared_variants``)."""
+    return run_prepared_variants(prepare_variants(variant_a=variant_a, variant_b=variant_b, tasks_path=tasks_path,
+                                                  scorer=scorer), how)
+
+
+def prepare_variants(*, variant_a: Path, variant_b: Path, tasks_path: Path, scorer: str = "exact") -> PreparedVariants:
     va, vb = load_variant(variant_a), load_variant(variant_b)
     if va.name == vb.name:
         _, lines = load_yaml(read_text(Path(variant_b)), Path(variant_b))
@@ -242,7 +320,12 @@ def run_variants(*, variant_a: Path, variant_b: Path, tasks_path: Path, scorer: 
     tasks = load_tasks(tasks_path)
     spec = EvalSpec(name="ab-variants", adapters=["ab-echo"], trials=1,
                     prompts=_prompts([("a", va.prompt), ("b", vb.prompt)], tasks, scorer))
-    _, outcomes = run_spec(spec, 1)
+    return PreparedVariants(va, vb, tasks, scorer, spec)
+
+
+def run_prepared_variants(p: PreparedVariants, how: Execution = Execution()) -> dict[str, Any]:
+    va, vb, tasks, scorer = p.va, p.vb, p.tasks, p.scorer
+    _, outcomes = run_arms(p.spec, 1, how)
     scores: dict[tuple[str, str], float | None] = {}
     outputs: dict[tuple[str, str], str | None] = {}
     for o in outcomes:

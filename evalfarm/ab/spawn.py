@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..agents.adapter import AgentAdapter
-from ..agents.ledger import agent_fields
+from ..runs.ledger import agent_fields
 from ..agents.repos import is_url
 from ..errors import SpecError, UsageError
 from ..spec.models import AdapterSpec, Price
@@ -116,6 +116,10 @@ class SpawnExecutor(_RowWriter):
         return self.spec, self.adapter_obj, self.suite
 
     # -- ArmExecutor ------------------------------------------------------------------------------
+    def built_adapters(self) -> dict[str, Any]:
+        """The agent adapter ``load_suite`` built and preflighted: the run uses it as it is."""
+        return {ADAPTER_ID: self._ready()[1]}
+
     def adapter(self) -> AdapterSpec:
         return self._ready()[0]
 

@@ -1,13 +1,13 @@
-"""What happens after a run is saved: record it, gate it, promote it, write JUnit and the PR summary.
-Nothing here calls a model. The gate, diff and report writers are imported when a CI flag asks for
-them: a plain `evalfarm run` does not pay for their import.
+"""What happens after a run is delivered (saved and recorded by ``runs.deliver``): gate it, promote it,
+write JUnit and the PR summary. Nothing here calls a model or prints: the lines to show are returned.
+The gate, diff and report writers are imported when a CI flag asks for them: a plain `evalfarm run`
+does not pay for their import.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
-
-import click
 
 from ..core.verdict import exit_code, stopped
 from ..errors import UsageError
@@ -16,9 +16,10 @@ from ..runs.archive import load_report, require_complete
 from ..runs.registry import Registry, baseline_report, resolve_ref
 
 
-def echo_lines(lines: list[str], err: bool) -> None:
-    for line in lines:
-        click.echo(line, err=err)
+@dataclass
+class Finished:
+    code: int
+    lines: list[str] = field(default_factory=list)  # what the gate, baseline and promotion say
 
 
 def baseline_for(name: str | None, default: str | None, state_dir: Path):
@@ -43,22 +44,20 @@ def baseline_for(name: str | None, default: str | None, state_dir: Path):
 
 
 def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, thresholds: Thresholds | None,
-               prompt_info: dict[str, Any] | None, options: dict[str, Any]) -> int:
-    """After ``run`` saved its report: record it, gate, promote, write JUnit / PR summary; the exit code.
-    A partial run (interrupted, stopped) is recorded as such and never gated or promoted."""
+               prompt_info: dict[str, Any] | None, options: dict[str, Any]) -> Finished:
+    """After a run was delivered: gate, promote, write JUnit / PR summary; the exit code and what to say.
+    A partial run (interrupted, stopped) is never gated or promoted."""
     state_dir = Path(state_dir)
-    err = bool(options.get("as_json"))  # stdout carries the report JSON: talk on stderr
     gate_on, promote, name = bool(options.get("gate")), bool(options.get("promote")), options.get("baseline")
     info = prompt_info or {}
     prompt = info.get("prompt")
     registry = Registry(state_dir) if json_path is not None or gate_on or name else None
-    if json_path is not None:
-        registry.record(report, json_path, dataset_hash=info.get("dataset_hash"), prompt=prompt,
-                        models=info.get("models"), source_run=info.get("source_run"))
+    out = Finished(exit_code(report))
+    say = out.lines.extend
     if prompt:
-        echo_lines([f"prompt {prompt['name']}@{prompt['version']} ({prompt['hash'][:19]}, by {prompt['resolved_by']})"], err)
+        say([f"prompt {prompt['name']}@{prompt['version']} ({prompt['hash'][:19]}, by {prompt['resolved_by']})"])
     if not (gate_on or promote or name or options.get("junit") or options.get("pr_summary")):
-        return exit_code(report)
+        return out
     from .diff import compare_cases, describe_cases
     from .flaky import known_flaky
     from .gate import evaluate
@@ -66,9 +65,9 @@ def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, 
 
     if stopped(report):
         if gate_on or promote:
-            echo_lines([f"not gated{' or promoted' if promote else ''}: the run stopped early ({report['stopped']}, "
-                   f"{report.get('items_done')} of {report.get('items_planned')} items)"], err)
-        return exit_code(report)
+            say([f"not gated{' or promoted' if promote else ''}: the run stopped early ({report['stopped']}, "
+                 f"{report.get('items_done')} of {report.get('items_planned')} items)"])
+        return out
 
     result = baseline = None
     base_name = None
@@ -79,33 +78,33 @@ def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, 
             if not promote:  # --promote --baseline NEW creates it
                 raise
         if baseline is not None and not gate_on:
-            echo_lines([f"against baseline {base_name!r} (run {baseline.get('run_id')}):",
-                   *("  " + x for x in describe_cases(compare_cases(baseline, report)))], err)
+            say([f"against baseline {base_name!r} (run {baseline.get('run_id')}):",
+                 *("  " + x for x in describe_cases(compare_cases(baseline, report)))])
     if gate_on or promote:
         thresholds = thresholds or Thresholds.model_validate(report["thresholds"])
         flaky = known_flaky(state_dir, report["run_id"]) if json_path is not None and baseline is not None else None
         result = evaluate(report, thresholds, baseline, base_name, flaky, bool(options.get("strict")))
         if gate_on:
-            echo_lines(result.lines(), err)
+            say(result.lines())
             if result.cases is not None:
-                echo_lines(["  " + x for x in describe_cases(result.cases)], err)
+                say(["  " + x for x in describe_cases(result.cases)])
         if json_path is not None:
             registry.set_gate(report["run_id"], result.to_dict())
     if promote:
         target = name or report.get("spec_name")
         if result.passed:
             prev = registry.promote(target, report, json_path)
-            echo_lines([f"promoted run {report['run_id']} to baseline {target!r}"
-                   + (f" (was {prev})" if prev else " (new baseline)")], err)
+            say([f"promoted run {report['run_id']} to baseline {target!r}"
+                 + (f" (was {prev})" if prev else " (new baseline)")])
         else:
             why = "nothing was measured" if result.nothing_measured else \
                 "the gate failed: " + ", ".join(b.name for b in result.brakes if b.failed)
-            echo_lines([f"not promoted to baseline {target!r}: {why}"], err)
+            say([f"not promoted to baseline {target!r}: {why}"])
     if options.get("junit"):
         write_junit(options["junit"], report, result if gate_on else None)
     if options.get("pr_summary"):
         write_pr_summary(options["pr_summary"], pr_summary(report, result if gate_on else None, baseline, prompt,
                                                            str(json_path) if json_path else None))
     if gate_on:
-        return result.exit_code
-    return exit_code(report)
+        out.code = result.exit_code
+    return out

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from ..errors import Interrupted, UsageError
+from ..errors import UsageError
 from .overnight import budget_options
 
 VARIANT_FLAGS = ("variant_a", "variant_b", "tasks")
@@ -26,45 +26,19 @@ def _flag(name: str) -> str:
     return "--" + {"timeout_s": "timeout"}.get(name, name).replace("_", "-")
 
 
-def _farm_runner(broker: str | None, timeout_s: float | None, quiet: bool, max_cost: float | None = None,
-                 force: bool = False, prices: dict[str, Any] | None = None):
-    """run_spec for the harness: the arms' items on a backend, like ``evalfarm run`` (in this process by
-    default, on the farm with --broker), under the budget (``--max-cost``) when one is given."""
-    def run(spec, trials: int) -> tuple[str, list[dict[str, Any]]]:
-        from ..runs.submit import Orchestrator
-        from ..spec.source import PromptSource
-        from .console import LiveProgress
-        from .overnight import BudgetStopped, check_budget, stopped_line
+def _execute(o: dict[str, Any], spec, trials: int, prices: dict[str, Any] | None, timeout_s: float | None):
+    """Run ``fn(how)`` with the arms' execution: the estimate shown and the budget checked first (only with
+    a budget: the synthetic executor's price is a model's, not a bill), then live progress."""
+    from ..ab.harness import Execution
+    from ..runs.submit import Target
+    from .console import LiveProgress
+    from .overnight import check_budget
 
-        # before anything is sent; only with a budget (the synthetic executor's price is a model's, not a bill)
-        budget = check_budget(spec, spec.prompts, trials, max_cost, force, prices, priced_only=False)
+    budget = check_budget(spec, spec.prompts, trials, o["max_cost"], o["force"], prices, priced_only=False)
 
-        if broker is None:
-            from ..executors.inprocess import InProcessBackend
-
-            backend = InProcessBackend()
-        else:
-            from ..executors.celery.coordinator import CeleryBackend
-            from ..executors.celery.settings import FarmSettings
-
-            backend = CeleryBackend(FarmSettings.from_env(broker_url=broker))  # after the inputs validated
-        orchestrator = Orchestrator(backend)
-        source = PromptSource(inline=tuple(spec.prompts), count=len(spec.prompts))
-        with LiveProgress(enabled=False if quiet else None) as bar:
-            plan = orchestrator.submit(spec, source, trials=trials, on_progress=bar.update,
-                                       options={"budget_usd": budget} if budget is not None else None)
-            try:
-                orchestrator.wait(plan.run_id, bar.update, timeout_s)
-            except KeyboardInterrupt:  # on the farm: the arms' run goes on without us
-                raise Interrupted(f"detached; the arms' run {plan.run_id} goes on on the farm ('evalfarm cancel "
-                                  f"{plan.run_id}' stops it); no comparison was made") from None
-        report = json.loads(orchestrator.report_bytes(plan.run_id))
-        if report.get("stopped") == "budget":  # a partial A/B compares nothing: no artifact
-            raise BudgetStopped(f"{stopped_line(report)}; no comparison was made (the arms were not all run)")
-        if report.get("stopped"):  # Ctrl-C in this process: the calls in flight were cancelled
-            raise Interrupted(f"{report['stopped']}: the calls in flight were cancelled and nothing more was sent; "
-                              "no comparison was made (the arms were not all run)")
-        return plan.run_id, report["outcomes"]
+    def run(fn):
+        with LiveProgress(enabled=False if o["as_json"] else None) as bar:
+            return fn(Execution(Target(broker=o["broker"]), budget, bar.update, timeout_s))
 
     return run
 
@@ -258,12 +232,12 @@ def _check_outputs(o: dict[str, Any], executor=None) -> None:
 
 
 def _variant_mode(o: dict[str, Any]) -> None:
-    from ..ab.harness import run_variants
+    from ..ab.harness import prepare_variants, run_prepared_variants
 
     _check_outputs(o)
-    result = run_variants(variant_a=o["variant_a"], variant_b=o["variant_b"], tasks_path=o["tasks"],
-                          scorer=o["scorer"] or "exact",
-                          run_spec=_farm_runner(o["broker"], None, o["as_json"], o["max_cost"], o["force"]))
+    prepared = prepare_variants(variant_a=o["variant_a"], variant_b=o["variant_b"], tasks_path=o["tasks"],
+                                scorer=o["scorer"] or "exact")
+    result = _execute(o, prepared.spec, 1, None, None)(lambda how: run_prepared_variants(prepared, how))
     from ..canonical import canonical_json
     _emit(canonical_json(result).encode("ascii"), o["output"], o["as_json"])
     if not o["as_json"]:
@@ -272,7 +246,7 @@ def _variant_mode(o: dict[str, Any]) -> None:
 
 def _suite_mode(o: dict[str, Any]) -> None:
     from ..ab.choose import executor_for
-    from ..ab.harness import plan_arms, run_suite
+    from ..ab.harness import plan_arms, prepare_suite, run_prepared
 
     arms = int(o["arms"] or 2)
     plan_arms(o["arm_a"], o["arm_b"], arms)  # profile and arm errors before any work
@@ -282,12 +256,13 @@ def _suite_mode(o: dict[str, Any]) -> None:
                             timeout_s=o["timeout_s"], agent=o["agent"])
     executor.load_suite(o["suite"])  # the suite (and, spawn, the repo, base and agent) before any work
     _check_outputs(o, executor)
-    res = run_suite(suite_path=o["suite"], arm_a=o["arm_a"], arm_b=o["arm_b"], arms=arms, trials=o["trials"] or 1,
-                    executor=executor, role=o["role"] or "backend", ledger=o["ledger"],
-                    reports_dir=o["reports_dir"], audit_dir=o["audit_dir"],
-                    # spawn: --timeout bounds each task; the run takes as long as its tasks do
-                    run_spec=_farm_runner(o["broker"], None if spawn else o["timeout_s"] or 1800.0, o["as_json"],
-                                          o["max_cost"], o["force"], _prices(executor)))
+    trials = o["trials"] or 1
+    prepared = prepare_suite(suite_path=o["suite"], arm_a=o["arm_a"], arm_b=o["arm_b"], arms=arms, trials=trials,
+                             executor=executor, role=o["role"] or "backend", ledger=o["ledger"],
+                             reports_dir=o["reports_dir"], audit_dir=o["audit_dir"])
+    # spawn: --timeout bounds each task; the run takes as long as its tasks do
+    wait_s = None if spawn else o["timeout_s"] or 1800.0
+    res = _execute(o, prepared.spec, trials, _prices(executor), wait_s)(lambda how: run_prepared(prepared, how))
     _emit(res.data, o["output"], o["as_json"])
     if not o["as_json"]:
         _print_suite(res)

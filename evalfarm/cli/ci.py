@@ -85,8 +85,9 @@ def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_
     from ..ci.diff import describe_cases
     from ..ci.flaky import known_flaky
     from ..ci.gate import evaluate
-    from ..ci.pipeline import baseline_for, echo_lines
+    from ..ci.pipeline import baseline_for
     from ..runs.registry import Registry, resolve_ref
+    from ..runs.state import StateDir
     from ..ci.reports import pr_summary as render_summary, write_junit, write_pr_summary
     from ..spec.load import load_spec
     from ..spec.models import Thresholds
@@ -103,7 +104,7 @@ def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_
     name, baseline = baseline_for(baseline_name, report.get("spec_name"), state_dir)
     flaky = known_flaky(state_dir, report.get("run_id", "")) if baseline is not None else None
     result = evaluate(report, thresholds, baseline, name, flaky, strict)
-    entry = Registry(state_dir).get(report.get("run_id", "")) if (state_dir / "registry.db").is_file() else None
+    entry = Registry(state_dir).get(report.get("run_id", "")) if StateDir.of(state_dir).has_registry() else None
     if entry is not None:
         Registry(state_dir).set_gate(entry["run_id"], result.to_dict())
     if junit:
@@ -115,9 +116,9 @@ def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_
     else:
         click.echo(f"run {report.get('run_id')} ({report.get('spec_name')}), thresholds from "
                    f"{spec_path if spec_path else 'the run'}")
-        echo_lines(result.lines(), False)
-        if result.cases is not None:
-            echo_lines(["  " + x for x in describe_cases(result.cases)], False)
+        cases = describe_cases(result.cases) if result.cases is not None else []
+        for line in result.lines() + ["  " + x for x in cases]:
+            click.echo(line)
     sys.exit(result.exit_code)
 
 

@@ -61,7 +61,9 @@ def attach(backend, run_id: str, state_dir: Path, no_save: bool, as_json: bool, 
             backend.wait(run_id, on_progress=bar.update, timeout_s=timeout_s)
         except KeyboardInterrupt:
             still_running(run_id)
-    sys.exit(finish(backend.store, run_id, state_dir, no_save, as_json, output))
+    from ..runs.submit import RunHandle
+
+    sys.exit(finish(RunHandle(backend, run_id), state_dir, no_save, as_json, output))
 
 
 def still_running(run_id: str) -> None:

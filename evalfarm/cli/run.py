@@ -1,7 +1,7 @@
-"""``evalfarm run``: validate, check every output before spending, run on a backend, deliver."""
+"""``evalfarm run``: validate, check every output before spending, then ``runs`` submits, waits and
+delivers; this module parses and prints."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -9,7 +9,7 @@ import click
 
 from ..errors import EvalfarmError, UsageError
 from .options import ci_run_options, state_dir_option
-from .overnight import budget_options, check_budget, quota_line, stopped_line
+from .overnight import budget_options, check_budget, stopped_lines
 
 
 @click.command()
@@ -50,8 +50,9 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
     from ..runs.archive import check_state_dir, check_writable
     from ..ci.pipeline import baseline_for
     from ..runs.registry import Registry, check_baseline_name, check_prompt_unchanged
+    from ..runs.state import StateDir
     from ..names import baseline_name_problem
-    from ..runs.submit import Orchestrator
+    from ..runs.submit import Target, start
     from ..spec.binding import bind_environment
     from ..spec.load import open_spec, spec_from_cases
     from ..spec.prompts import dataset_hash, version_for
@@ -93,7 +94,7 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
         baseline_for(ci["baseline"], None, state_dir)  # an unknown --baseline stops here, not after the spend
     if not no_save:
         check_state_dir(state_dir)
-        if (state_dir / "registry.db").exists():
+        if StateDir.of(state_dir).has_registry():
             Registry(state_dir).runs(spec=spec.name)  # a corrupt registry stops the run here, not after it
     if detach:
         if not broker:
@@ -114,48 +115,26 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
     options: dict = {"cache": use_cache, "state_dir": str(state_dir.resolve())}
     if budget is not None:
         options["budget_usd"] = budget
-    cache = None
-    if broker is None:
-        from ..executors.inprocess import InProcessBackend
-        from ..executors.finalize import run_ttl_s
-        from ..envvars import env_int
-
-        env_int("EVALFARM_BATCH_SIZE", None, 1, 10000)  # a bad value is refused in every backend
-        run_ttl_s()  # read at the end of the run: refuse a bad value before anything is spent
-        backend = InProcessBackend(concurrency or env_int("EVALFARM_MAX_IN_FLIGHT", 64, 1, 100000))
-        if use_cache:
-            from ..engine.cache import SqliteCache
-
-            cache = SqliteCache(state_dir / "cache.sqlite")
-    else:
-        from ..executors.celery.coordinator import CeleryBackend
-        from ..executors.celery.settings import FarmSettings
-
-        overrides: dict = {"batch_size": batch_size} if batch_size else {}
-        backend = CeleryBackend(FarmSettings.from_env(broker_url=broker, **overrides))
-        if concurrency:
-            options["max_in_flight"] = concurrency
-    orchestrator = Orchestrator(backend)
+    target = Target(broker=broker, concurrency=concurrency, batch_size=batch_size)
     with LiveProgress(enabled=False if as_json or detach else None) as bar:
-        plan = orchestrator.submit(spec, source, trials=trials, options=options, where=spec_file.where,
-                                   cache=cache, on_progress=bar.update)
+        run = start(spec, source, target, trials=trials, options=options, where=spec_file.where,
+                    on_progress=bar.update)
         if detach:
-            click.echo(plan.run_id)
+            click.echo(run.run_id)
             return
         try:
-            orchestrator.wait(plan.run_id, bar.update, timeout_s)
+            run.wait(bar.update, timeout_s)
         except KeyboardInterrupt:
             from .farm import still_running
 
-            still_running(plan.run_id)
+            still_running(run.run_id)
     prompt_info = {"dataset_hash": dataset_hash(source.selected()) if not no_save else None,
                    "prompt": version.info() if version is not None else None,
                    "models": {a.id: a.model for a in spec.adapters if not isinstance(a, str)}}
-    code = finish(backend.store, plan.run_id, state_dir, no_save, as_json, output, spec.thresholds, prompt_info, ci)
-    for line in filter(None, (f(json.loads(backend.store.get_blob(plan.run_id, "summary") or b"{}"))
-                              for f in (stopped_line, quota_line))):
+    code = finish(run, state_dir, no_save, as_json, output, spec.thresholds, prompt_info, ci)
+    for line in stopped_lines(run.summary()):
         click.echo(line, err=True)
-    if getattr(backend, "stopped", None) == "interrupted":
+    if run.interrupted:
         click.echo("evalfarm: interrupted: the calls in flight were cancelled and nothing more was sent; the items "
                    "that finished are in the partial report above (diff and gate refuse it)", err=True)
     sys.exit(code)

@@ -42,9 +42,12 @@ class Engine:
     """A run's adapters (by adapter id), its judge and the judge's pass score, and a response cache."""
 
     def __init__(self, adapters: dict[str, Adapter], judge: Judge | None = None, pass_score: float | None = None,
-                 cache: ResponseCache | None = None, budget: SpendGuard | None = None) -> None:
+                 cache: ResponseCache | None = None, budget: SpendGuard | None = None,
+                 stored: Callable[[Item], dict[str, Any]] | None = None) -> None:
         self.adapters, self.judge_, self.pass_score, self.cache = adapters, judge, pass_score, cache
         self.budget = budget  # the run's spend counter: asked before every call, charged after
+        # a replay (re-scoring): stage 1 comes from a stored run's outcome of the same item, never a call
+        self.stored = stored
 
     async def _over_budget(self) -> bool:
         return self.budget is not None and await self.budget.exhausted()
@@ -79,6 +82,8 @@ class Engine:
     async def call(self, item: Item, since: float | None = None) -> Outcome:
         """Stage 1: call the adapter (or the cache) and run the deterministic checks. ``since``
         (perf_counter) is when the item was in hand (a farm batch's start): its wait counts from there."""
+        if self.stored is not None:
+            return self.replay(item)
         out = Outcome(key=item.key, prompt_id=item.prompt.id, adapter=item.adapter, trial=item.trial)
         started = time.perf_counter() if since is None else since
         if await self._over_budget():
@@ -129,6 +134,29 @@ class Engine:
             out.golden_passed, out.golden_reason = False, "truncated: the reply stopped at max_tokens " \
                                                           "(finish_reason length); allow_truncation: true accepts it"
         return out
+
+    def replay(self, item: Item) -> Outcome:
+        """Stage 1 of ``item`` from the stored run's outcome: the stored output scored by this run's checks.
+        The model's tokens and latency are the stored ones; its cost is 0 (nothing was spent on it here). An
+        item whose model call errored stays errored (there is no output); a judge error is forgotten (the
+        output is there and this run judges it again)."""
+        stored = self.stored(item)  # type: ignore[misc]
+        out = Outcome(key=item.key, prompt_id=item.prompt.id, adapter=item.adapter, trial=item.trial)
+        error = stored.get("error")
+        if error and (error.get("stage") or "adapter") != "judge":
+            out.error, out.attempts = dict(error), stored.get("attempts")
+            return out
+        completion = Completion(text=stored.get("output") or "", finish_reason=stored.get("finish_reason") or "stop",
+                                input_tokens=int(stored.get("input_tokens") or 0),
+                                output_tokens=int(stored.get("output_tokens") or 0), cost_usd=0.0,
+                                meta={"attempts": stored.get("attempts")})
+        out = self.score(item, out, completion, time.perf_counter())
+        out.latency_ms, out.wait_ms = stored.get("latency_ms"), stored.get("wait_ms")
+        return out
+
+    def needs_judge(self, out: Outcome) -> bool:
+        """Whether stage 2 has anything to do for this outcome (a judge, an answer, not skipped)."""
+        return self.judge_ is not None and out.error is None and not out.skipped
 
     async def judge(self, item: Item, out: Outcome) -> Outcome:
         """Stage 2: judge a measured output (on the judge queue in the farm), then the verdict."""

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from ..canonical import sha256_hex
-from ..core.report.model import RunReport
+from ..core.report.framing import OUTCOMES_OPEN, report_bytes
 from ..core.report.markdown import render_markdown
-from ..core.report.framing import report_bytes
+from ..core.report.model import RunReport
 from ..core.report.schema import report_problem
 from ..errors import UsageError
 from ..names import is_run_id, run_id_problem
@@ -211,7 +211,7 @@ def require_complete(report: dict[str, Any], where: str) -> dict[str, Any]:
     return report
 
 
-OUTCOMES_LINE = '"outcomes": ['  # the line of a report file (core.report.head_bytes) the outcome lines follow
+OUTCOMES_LINE = OUTCOMES_OPEN.splitlines()[-1].strip()  # the line of a report file the outcome lines follow
 
 
 def iter_outcomes(path: Path) -> Iterator[dict[str, Any]]:

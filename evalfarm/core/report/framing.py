@@ -43,3 +43,25 @@ def report_bytes(report: RunReport | dict[str, Any]) -> bytes:
     prompts = data.pop("prompts", None) or []
     return b"".join(report_chunks(data, (json.dumps(o, ensure_ascii=False) for o in outcomes),
                                   (canonical_json(p) for p in prompts)))
+
+
+def iter_outcome_lines(chunks: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    """The outcomes of a report file given as byte chunks (as the run store streams it), one line at a
+    time: the file is never parsed whole. The file must be in this module's framing."""
+    marker = OUTCOMES_OPEN.splitlines()[-1].strip().encode()  # the line the outcome lines follow
+    started = False
+    rest = b""
+    for chunk in chunks:
+        rest += chunk
+        *lines, rest = rest.split(b"\n")
+        for line in lines:
+            text = line.strip()
+            if not started:
+                started = text == marker
+                continue
+            if text.startswith(b"]"):
+                return
+            if text:
+                yield json.loads(text.rstrip(b","))
+    if not started:
+        raise ValueError("not a report in evalfarm's framing (no outcomes section)")

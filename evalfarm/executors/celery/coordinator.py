@@ -110,9 +110,15 @@ class CeleryBackend:
         """Store the whole plan, then dispatch it: a coordinator that dies mid-dispatch leaves a run
         that ``resume`` can finish exactly. A run that will not fit in Redis is refused before
         anything is stored; a plan that fails half-way is removed. The run's lock is held from the
-        start, so a ``resume`` cannot dispatch beside a live coordinator."""
+        start, so a ``resume`` cannot dispatch beside a live coordinator.
+
+        A replay (re-scoring: the engine has ``stored`` outcomes) runs stage 1 here, from the stored
+        outputs, and leaves the items the judge must see in the judge backlog, exactly where a worker
+        leaves them after calling a model: only judge batches are sent, and no provider worker ever
+        sees the run."""
         batch_size = pick_batch_size(plan.total, self.settings.batch_size)
         run_id = plan.run_id
+        replay = engine is not None and engine.stored is not None
         items = plan.items()
         sample = list(islice(items, SAMPLE_ITEMS))
         problem = no_room(self.store.r, plan.total, run_bytes(plan.total, (len(i.key) + len(i.to_json())
@@ -127,6 +133,8 @@ class CeleryBackend:
         try:
             for chunk in batched(chain(sample, items), max(batch_size, 1000 // batch_size * batch_size)):
                 self.store.add_items(run_id, *store_rows(chunk))
+                if replay:
+                    self._replay(run_id, engine, chunk)  # type: ignore[arg-type]
                 guard.check()
                 if delay:
                     time.sleep(delay)
@@ -137,7 +145,28 @@ class CeleryBackend:
                 raise self.stopped_error(run_id, state)
         except BaseException as exc:
             raise self._planning_failed(run_id, plan.total, exc, token) from None
+        if replay:
+            backlog = self.store.pending_keys(run_id)
+            self._dispatch(guard, (), batched(backlog, batch_size))
+            if not backlog:  # nothing for the judge: the coordinator claims the aggregate itself
+                self.kick_aggregate(run_id)
+            return
         self._dispatch(guard, batched(self.store.iter_item_keys(run_id), batch_size))
+
+    def _replay(self, run_id: str, engine: Engine, chunk: list) -> None:
+        """Stage 1 of a re-scoring run's items, from the stored outputs: the judge's items go to the
+        backlog, the rest are final."""
+        pending, final = [], []
+        for item in chunk:
+            out = engine.replay(item)
+            if engine.needs_judge(out):
+                pending.append(out.to_dict())
+            else:
+                final.append(engine.decide(out).to_dict())
+        if pending:
+            self.store.put_pending(run_id, pending)
+        if final:
+            self.store.record(run_id, final)
 
     def _planning_failed(self, run_id: str, total: int, exc: BaseException, token: str) -> BaseException:
         """Remove a half-stored plan (deleting works on a full Redis too) and mark the run failed,

@@ -1,4 +1,6 @@
-"""What a re-scoring run is: a stored run's outputs, its prompts as sent, and the scoring to apply.
+"""Re-scoring: a stored run's outputs, its prompts as sent, and new scoring, run through the same path
+as any run (``runs.submit.start`` with ``stored`` outcomes: the engine replays stage 1, only the judge
+is called, in this process or on the farm's judge queue).
 
 A new rubric should not cost a new generation (lm-evaluation-harness #1627). The stored
 report carries every output (``outcomes``) and every prompt as it was sent, with its checks
@@ -13,16 +15,21 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from ..engine.stored import stored_adapter
 from ..errors import UsageError
+from ..executors.base import ProgressFn
 from ..spec.binding import bind_environment
 from ..spec.load import open_spec
 from ..spec.models import EvalSpec, JudgeSpec, PromptSpec, Thresholds
 from ..spec.source import PromptSource
+
+if TYPE_CHECKING:
+    from .state import StateDir
+    from .submit import RunHandle, Target
 
 SCORING_FIELDS = ("expected_output_contains", "expected_output_regex", "checks", "criteria", "allow_truncation")
 Case = tuple[str, str, int]  # prompt id, adapter, trial
@@ -145,3 +152,36 @@ def rescoring(report: dict[str, Any], path: Path, *, spec_path: Path | None = No
                         outcomes=outcomes, source_run=report["run_id"],
                         source_hash="sha256:" + hashlib.sha256(path.read_bytes()).hexdigest(), judge_calls=judged,
                         notes=notes)
+
+
+@dataclass
+class Rescore:
+    """A re-scoring run, prepared: what it replays, and what the new run records of its source."""
+
+    input: RescoreInput
+    prompt_info: dict[str, Any]
+
+    def start(self, target: "Target", on_progress: ProgressFn | None = None) -> "RunHandle":
+        from .submit import start
+
+        rin = self.input
+        return start(rin.spec, rin.source, target, trials=rin.trials, on_progress=on_progress,
+                     stored=lambda item: rin.stored(item.prompt.id, item.adapter, item.trial))
+
+
+def prepare(run_ref: str, state: "StateDir", *, spec_path: Path | None = None, judge_model: str | None = None,
+            judge_base_url: str | None = None) -> Rescore:
+    """The re-scoring run of a stored, complete run (a path, run id, prefix or ``baseline:NAME``)."""
+    from .archive import load_report, require_complete
+    from .registry import Registry, resolve_ref
+
+    path = resolve_ref(run_ref, state.root)
+    report = require_complete(load_report(path), str(path))
+    source_entry = Registry(state.root).get(report["run_id"]) if state.has_registry() else None
+    rin = rescoring(report, path, spec_path=spec_path, judge_model=judge_model, judge_base_url=judge_base_url)
+    entry = source_entry or {}
+    prompt = entry.get("prompt")
+    info = {"dataset_hash": entry.get("dataset_hash"),
+            "prompt": {**prompt, "resolved_by": f"run {report['run_id']}"} if prompt else None,
+            "models": entry.get("models"), "source_run": report["run_id"], "source_hash": rin.source_hash}
+    return Rescore(rin, info)
