@@ -8,14 +8,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..canonical import content_key
 from ..errors import SpecError
 from ..names import label_problem
-from ..spec.sourcemap import dotted, line_for, load_yaml, read_text
+from ..spec.sourcemap import line_for, load_yaml, read_text
+from ..spec.validation import spec_error
 
 Scorer = Literal["exact", "contains", "none"]
 
@@ -76,33 +77,15 @@ class Suite(_Model):
                             "tasks": [t.model_dump() for t in self.tasks]})
 
 
-def _message(err: dict, allowed: list[str]) -> str:
-    kind, msg = err["type"], err["msg"]
-    if kind == "extra_forbidden":
-        return f"unknown field; allowed fields are {', '.join(allowed)}"
-    if kind == "missing":
-        return "required field is missing"
-    if kind == "too_short" and err["loc"] and err["loc"][-1] == "tasks":
-        return "the 'tasks' list is empty; add at least one task with id, input and expected"
-    msg = msg.removeprefix("Value error, ")
-    if "input" in err and not isinstance(err["input"], (dict, list)) and kind not in ("value_error",):
-        msg += f" (got {err['input']!r})"
-    return msg
-
-
 def _validate(model: type[_Model], path: Path, what: str) -> _Model:
     data, lines = load_yaml(read_text(path), path)
     if not isinstance(data, dict):
         raise SpecError(f"a {what} must be a YAML mapping", path=str(path), line=1)
     try:
         obj = model.model_validate(data)
-    except ValidationError as exc:
-        errors = exc.errors()  # a misspelt field explains the "missing" one that usually comes with it
-        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-        loc = tuple(err["loc"])
-        owner: Any = Task if "tasks" in loc and len(loc) > 2 else model
-        raise SpecError(_message(err, sorted(owner.model_fields)), path=str(path), line=line_for(lines, loc),
-                        field=dotted(loc) or None) from None
+    except ValidationError as exc:  # the spec's own one-line errors (spec/validation.py)
+        raise spec_error(exc, model, str(path), lines,
+                         hints={"tasks": "add at least one task with id, input and expected"}) from None
     tasks = getattr(obj, "tasks", None) or []
     first: dict[str, int | None] = {}
     for i, task in enumerate(tasks):

@@ -33,14 +33,17 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def message(err: dict, model: type[BaseModel]) -> str:
-    """One pydantic error as a sentence a user can act on."""
+def message(err: dict, model: type[BaseModel], hints: dict[str, str] | None = None) -> str:
+    """One pydantic error as a sentence a user can act on (``hints``: what to add, by list field name)."""
     kind, msg = err["type"], err["msg"]
     if kind == "extra_forbidden":
         allowed = _fields_at(model, tuple(err["loc"]))
         return f"unknown field; allowed fields are {', '.join(allowed)}" if allowed else "unknown field"
     if kind == "missing":
         return "required field is missing"
+    last = err["loc"][-1] if err["loc"] else None
+    if kind == "too_short" and hints and last in hints and isinstance(err.get("input"), list):
+        return f"the '{last}' list is empty; {hints[last]}"
     msg = msg.removeprefix("Value error, ")
     if kind not in ("value_error", "assertion_error") and "input" in err and not isinstance(err["input"], (dict, list)):
         shown = repr(err["input"])
@@ -76,11 +79,13 @@ def useful_errors(errors: list[dict]) -> list[dict]:
 
 
 def spec_error(exc: ValidationError, model: type[BaseModel], path: str | None, lines: dict | None,
-               base: tuple = ()) -> SpecError:
-    """The first (useful) error of ``exc`` as a SpecError naming file, line and field."""
+               base: tuple = (), hints: dict[str, str] | None = None) -> SpecError:
+    """The first useful error of ``exc`` as a SpecError naming file, line and field. A misspelt field
+    comes first: it explains the "required field is missing" that usually comes with it."""
     errors = useful_errors(exc.errors())
+    errors.sort(key=lambda e: e["type"] != "extra_forbidden")
     err = errors[0]
     loc = tuple(err["loc"])
     more = f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
-    return SpecError(message(err, model) + more, path=path, line=line_for(lines or {}, base + loc),
+    return SpecError(message(err, model, hints) + more, path=path, line=line_for(lines or {}, base + loc),
                      field=dotted(loc) or None)
