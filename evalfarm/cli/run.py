@@ -64,9 +64,11 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
     if spec_path is not None:
         if model or judge_model:
             raise EvalfarmError("--model/--judge-model go with --dataset; a SPEC names its adapters and judge")
-        from ..agents.workspace import pin_spec_file
+        spec_file = open_spec(spec_path)
+        if spec_file.spec.workspace is not None:  # agents: the repo's base pinned to a commit (runs git)
+            from ..agents.workspace import pin_spec_file
 
-        spec_file = pin_spec_file(open_spec(spec_path))
+            spec_file = pin_spec_file(spec_file)
     else:
         if not model:
             raise EvalfarmError("--dataset needs --model (the model under test)")
