@@ -34,6 +34,29 @@ def _created(report: dict[str, Any]) -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
+# Inspect's `inspect log list` and viewer list only .json logs whose names match this (inspect_ai
+# log/_file.py: log_file_pattern); any other name is invisible to them, whatever the content.
+INSPECT_NAME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}[:-]\d{2}[:-]\d{2}.*\.json$")
+
+
+def _component(text: str) -> str:
+    """A file-name part as Inspect cleans one (``_ / : +`` become ``-``), and safe on any filesystem."""
+    text = re.sub(r"[_/:+]", "-", text)
+    return re.sub(r"[^A-Za-z0-9.-]+", "-", text).strip(".-")[:80] or "x"
+
+
+def file_name(log: dict[str, Any]) -> str:
+    """The name Inspect gives a log, ``{created}_{task}_{model}_{id}.json`` (its eval_log_name with the
+    pattern ``{task}_{model}_{id}``): ``2026-12-01T18-29-21-00-00_smoke_small_3f9c....json``. The model
+    part is the adapter id; the id, unique per run and adapter; our run id stays inside the log
+    (``eval.run_id`` and ``eval.metadata.evalfarm.run_id``)."""
+    ev = log["eval"]
+    created = datetime.fromisoformat(ev["created"]).astimezone(timezone.utc).replace(microsecond=0)
+    stamp = created.isoformat().replace(":", "-").replace("+", "-")  # 2026-12-01T18-29-21-00-00
+    adapter = ev["metadata"]["evalfarm"]["adapter"]
+    return f"{stamp}_{_component(ev['task'])}_{_component(adapter)}_{ev['eval_id']}.json"
+
+
 def _usage(tokens_in: int, tokens_out: int, cost: float | None) -> dict[str, Any]:
     usage: dict[str, Any] = {"input_tokens": tokens_in, "output_tokens": tokens_out,
                              "total_tokens": tokens_in + tokens_out}
