@@ -65,7 +65,11 @@ def attach(backend, run_id: str, state_dir: Path, no_save: bool, as_json: bool, 
 
 
 def still_running(run_id: str) -> None:
-    """Ctrl-C while attached to a farm run: the run goes on without us."""
+    """Ctrl-C while attached to a farm run: the run goes on without us. The bar stops first, so its
+    last redraw cannot land over this line."""
+    from .console import stop_live
+
+    stop_live()
     click.echo(f"\nevalfarm: detached; run {run_id} goes on on the farm. 'evalfarm wait {run_id}' attaches "
                f"again, 'evalfarm cancel {run_id}' stops it.", err=True)
     sys.exit(130)

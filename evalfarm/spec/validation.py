@@ -1,6 +1,7 @@
 """Pydantic errors turned into one line that names the field the user wrote, and its line."""
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any
 
@@ -38,7 +39,10 @@ def message(err: dict, model: type[BaseModel]) -> str:
     kind, msg = err["type"], err["msg"]
     if kind == "extra_forbidden":
         allowed = _fields_at(model, tuple(err["loc"]))
-        return f"unknown field; allowed fields are {', '.join(allowed)}" if allowed else "unknown field"
+        name = err["loc"][-1] if err["loc"] else ""
+        close = difflib.get_close_matches(str(name), allowed, n=1, cutoff=0.6) if allowed else []
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        return f"unknown field{hint}; allowed fields are {', '.join(allowed)}" if allowed else "unknown field"
     if kind == "missing":
         return "required field is missing"
     msg = msg.removeprefix("Value error, ")
@@ -78,7 +82,8 @@ def useful_errors(errors: list[dict]) -> list[dict]:
 def spec_error(exc: ValidationError, model: type[BaseModel], path: str | None, lines: dict | None,
                base: tuple = ()) -> SpecError:
     """The first (useful) error of ``exc`` as a SpecError naming file, line and field."""
-    errors = useful_errors(exc.errors())
+    # an unknown key first: a misspelt key (`adapter:`) is why a required one (`adapters`) is "missing"
+    errors = sorted(useful_errors(exc.errors()), key=lambda e: e["type"] != "extra_forbidden")
     err = errors[0]
     loc = tuple(err["loc"])
     more = f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
