@@ -57,9 +57,10 @@ def test_the_old_readme_alert_without_on_never_fires(tmp_path):
                                      "exp_alerts": [{"exp_labels": {}}]}]}]}))
         results[name] = subprocess.run([promtool(), "test", "rules", f"{name}_test.yml"], capture_output=True,
                                        text=True, timeout=60, cwd=tmp_path)
-    assert results["old"].returncode != 0 and "got:[]" in results["old"].stdout.replace(" ", "").replace("\n", "")
+    said = {k: (r.stdout + r.stderr).replace(" ", "").replace("\n", "") for k, r in results.items()}
+    assert results["old"].returncode != 0 and "got:[]" in said["old"], said["old"]
     # the shipped rule fires (its labels carry the pool, so the bare expectation above differs: not "got:[]")
-    assert "got:[]" not in results["shipped"].stdout.replace(" ", "").replace("\n", "")
+    assert "got:[]" not in said["shipped"] and 'pool="provider"' in said["shipped"], said["shipped"]
 
 
 def test_worker_and_serve_answer_one_exposition_format_that_promtool_accepts(tmp_path):
