@@ -222,9 +222,10 @@ def _sample(o: dict[str, Any], model: str, judge_model: str | None, prompt: dict
         sample["output"] = {"model": model, "completion": output, "usage": usage, "time": seconds,
                             "choices": [{"message": reply,
                                          "stop_reason": _STOP.get(o.get("finish_reason") or "", "unknown")}]}
+        answer = output if len(output) <= 2000 else output[:2000] + "..."  # the viewer's ANSWER column
         scores: dict[str, Any] = {
-            "checks": {"value": _cv(o.get("golden_passed")), "explanation": o.get("golden_reason")},
-            "verdict": {"value": _cv(o.get("passed", o.get("golden_passed"))),
+            "checks": {"value": _cv(o.get("golden_passed")), "answer": answer, "explanation": o.get("golden_reason")},
+            "verdict": {"value": _cv(o.get("passed", o.get("golden_passed"))), "answer": answer,
                         "explanation": o.get("failure_mode") or "passed"},
         }
         if o.get("judge_score") is not None:
