@@ -4,7 +4,6 @@ redis-server and a real farm run. Plus the worker's one-line refusal of a broker
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -63,10 +62,10 @@ def test_inspect_ping_through_the_documented_app_path(redis_server, start_worker
     registered = celery("inspect", "registered", "--json", "--timeout", "5", broker=redis_server.url)
     names = next(iter(json.loads(registered.stdout).values()))
     assert {"evalfarm.run_batch", "evalfarm.judge_batch", "evalfarm.aggregate"} <= set(names)
-    # the app the tools load is the worker's: the same serializer and queues
-    from evalfarm.executors.celery import celery_app
-
-    assert celery_app.app.conf.accept_content == ["json"] and celery_app.app.conf.worker_send_task_events
+    # the worker runs the app's configuration: JSON only, task events on
+    conf = celery("inspect", "conf", "--json", "--timeout", "5", broker=redis_server.url)
+    conf = next(iter(json.loads(conf.stdout).values()))
+    assert conf["accept_content"] == ["json"] and conf["worker_send_task_events"] is True
     assert worker.proc.poll() is None
 
 
@@ -178,6 +177,3 @@ def _tasks_done(port: int, at_least: int):
     done = {k: t for k, t in tasks.items() if t.get("state") == "SUCCESS"}
     return tasks if len(done) >= at_least and len(done) == len(tasks) else None
 
-
-if os.environ.get("EVALFARM_BROKER_URL"):  # the tests start their own Redis; never the machine's
-    del os.environ["EVALFARM_BROKER_URL"]
