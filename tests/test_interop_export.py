@@ -190,7 +190,15 @@ def test_inspect_log_list_finds_the_export_with_its_samples_scores_and_judge_exp
     assert judged and all(s.scores["judge"].explanation for s in judged)  # the judge's reasons travel
     ours = {(o["prompt_id"], o["trial"] + 1): o for o in report["outcomes"] if o["adapter"] == "small"}
     for s in judged:
-        assert s.scores["judge"].explanation == ours[(s.id, s.epoch)]["judge_reason"]
+        o = ours[(s.id, s.epoch)]
+        if o["judge_reason"]:
+            assert s.scores["judge"].explanation == o["judge_reason"]
+        else:  # a weighted rubric: one line per criterion, with its verdict and reason
+            assert o["judge_criteria"]
+            for c in o["judge_criteria"]:
+                assert f"{c['id']}: {c['verdict']}" in s.scores["judge"].explanation and c["reason"] in \
+                    s.scores["judge"].explanation
+        assert s.scores["checks"].answer == s.output.completion
         assert s.scores["checks"].value in ("C", "I") and s.scores["verdict"].value in ("C", "I")
     # a file name of the user's own choosing is written as given, with a note on how Inspect lists logs
     own = run_cli("export", "inspect", report["run_id"], "--adapter", "small", "--state-dir", str(tmp / "st"),

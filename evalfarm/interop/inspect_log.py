@@ -181,6 +181,20 @@ def _results(outcomes: list[dict[str, Any]], figures: dict[str, Any], has_judge:
     return {"total_samples": len(outcomes), "completed_samples": n_scored, "scores": scores}
 
 
+def judge_explanation(o: dict[str, Any]) -> str | None:
+    """The judge's reason; for a weighted rubric, one line per criterion (id, verdict, score, reason),
+    which the viewer shows under the judge's score."""
+    if o.get("judge_reason"):
+        return o["judge_reason"]
+    lines = []
+    for c in o.get("judge_criteria") or []:
+        if isinstance(c, dict):
+            score = f" {c['score']:g}" if isinstance(c.get("score"), (int, float)) else ""
+            lines.append(f"{c.get('id')}: {c.get('verdict', '?')}{score} (weight {c.get('weight', 1)}): "
+                         f"{c.get('reason') or 'no reason given'}")
+    return "\n".join(lines) or None
+
+
 def _sample(o: dict[str, Any], model: str, judge_model: str | None, prompt: dict[str, Any] | None,
             totals: dict[str, dict[str, Any]]) -> dict[str, Any]:
     if prompt is None:
@@ -229,7 +243,7 @@ def _sample(o: dict[str, Any], model: str, judge_model: str | None, prompt: dict
                         "explanation": o.get("failure_mode") or "passed"},
         }
         if o.get("judge_score") is not None:
-            scores["judge"] = {"value": o["judge_score"], "explanation": o.get("judge_reason"),
+            scores["judge"] = {"value": o["judge_score"], "explanation": judge_explanation(o),
                                "metadata": {"criteria": o.get("judge_criteria")} if o.get("judge_criteria") else None}
         sample["scores"] = scores
     if seconds is not None:
