@@ -25,6 +25,7 @@ demo: $(BIN)/.installed-run
 test: venv agents
 	@command -v redis-server >/dev/null 2>&1 || $(MAKE) --no-print-directory redis-server
 	@command -v chromium >/dev/null 2>&1 || $(MAKE) --no-print-directory chromium
+	@command -v promtool >/dev/null 2>&1 || $(MAKE) --no-print-directory promtool
 	$(BIN)/python -m pytest -q
 
 # The tests start their own redis-server processes; a fresh Debian machine has none.
@@ -32,6 +33,14 @@ redis-server:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server; \
 	else echo "make test needs redis-server on PATH: apt install redis-server (or brew install redis)"; exit 2; fi
+
+# tests/test_prometheus_rules.py checks deploy/prometheus/alerts.yml with promtool, which Debian ships in
+# its `prometheus` package (no server is started: the package's service stays off without systemd).
+.PHONY: promtool
+promtool:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; \
+	else echo "the Prometheus rule tests need promtool: apt install prometheus (or a release's promtool binary on PATH)"; exit 2; fi
 
 # BEFORE=DIR: a checkout of an earlier commit with its own .venv, timed side by side (bench/whole.py)
 bench: venv

@@ -52,10 +52,13 @@ def test_anthropic_messages_play_read_edit_say_by_tool_results(agent_server):
         (0, "read", 1000), (1, "edit", 1500), (2, "say", 2000), (None, "say", 123)]
 
 
-def test_responses_api_uses_apply_patch_or_the_shell_codex_offers(agent_server):
+def test_responses_api_uses_apply_patch_or_the_shell_codex_offers(agent_server, tmp_path):
     server = agent_server(EDIT_SCRIPT)
     shell_only = [{"type": "function", "name": "exec_command", "parameters": {"properties": {"cmd": {}}}}]
-    ctx = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"<cwd>{CWD}</cwd>"}]}
+    work = tmp_path / "wt"  # the agent's working directory, on this host: the mock reads the lines it edits
+    work.mkdir()
+    (work / "hello.py").write_text('print("hello")\n')
+    ctx = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"<cwd>{work}</cwd>"}]}
     events = sse(post(server, "/v1/responses", {"model": "gpt-x", "input": [ctx], "tools": shell_only}))
     item = events[-1]["response"]["output"][0]
     assert (item["type"], item["name"], json.loads(item["arguments"])) == ("function_call", "exec_command",
@@ -69,6 +72,43 @@ def test_responses_api_uses_apply_patch_or_the_shell_codex_offers(agent_server):
         '*** Begin Patch\n*** Update File: hello.py\n@@\n-print("hello")\n+print("hello, world")\n*** End Patch\n')
     events = sse(post(server, "/v1/responses", {"model": "gpt-x", "input": [ctx, done, done], "tools": with_patch}))
     assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Done: greeting updated."
+    # a file out of the mock's reach: the shell form of the same exactly-once replacement
+    elsewhere = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"<cwd>{CWD}</cwd>"}]}
+    events = sse(post(server, "/v1/responses", {"model": "gpt-x", "input": [elsewhere, done], "tools": with_patch}))
+    item = events[-1]["response"]["output"][0]
+    assert item["name"] == "exec_command" and "t.count(sys.argv[2])" in json.loads(item["arguments"])["cmd"]
+
+
+INDENTED = "def sub(a, b):\n    return a - b  # sub\n\n\ndef double(x):\n    if x:\n        return x * 2\n    return 0\n"
+EDITED = "def sub(a, b):\n    return a + b  # sub\n\n\ndef double(x):\n    if x:\n        return x * 3\n    return 0\n"
+
+
+def test_an_edit_is_matched_by_content_with_indentation_kept_whatever_the_tool(tmp_path):
+    """`old` inside an indented line (or a part of it): whole_lines widens it to the lines apply_patch and
+    aider replace, the shell form replaces it in place; all three give Claude Code's Edit's file."""
+    from evalfarm.mock.script import Step, shell_edit, whole_lines
+
+    path = tmp_path / "calc.py"
+    steps = [Step("edit", 1, (1, 1), path="calc.py", old="return a - b", new="return a + b"),
+             Step("edit", 2, (1, 1), path="calc.py", old="x * 2", new="x * 3")]
+    path.write_text(INDENTED)
+    for step in steps:  # whole lines, replaced as apply_patch replaces them
+        old, new = whole_lines(step, str(tmp_path))
+        assert old.startswith("    ") and new.startswith("    ")
+        path.write_text(path.read_text().replace(old + "\n", new + "\n", 1))
+    assert path.read_text() == EDITED
+    path.write_text(INDENTED)
+    for step in steps:  # the shell form, run by a real shell in the agent's directory
+        done = subprocess.run(["bash", "-c", shell_edit(step)], cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    assert path.read_text() == EDITED
+    compile(path.read_text(), "calc.py", "exec")
+    # text that is not there exactly once: no whole lines, and the shell form fails loudly, file unchanged
+    twice = Step("edit", 3, (1, 1), path="calc.py", old="return", new="yield")
+    assert whole_lines(twice, str(tmp_path)) is None
+    done = subprocess.run(["bash", "-c", shell_edit(twice)], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 1 and "old text found 3 times, expected once" in done.stderr
+    assert path.read_text() == EDITED
 
 
 def test_chat_completions_with_tools_stream_a_tool_call_and_usage(agent_server):

@@ -4,6 +4,8 @@ service's own command line, its healthcheck, every worker service's own command 
 `evalfarm run --broker redis://...localhost.../0 SPEC`. Only the container boundary is emulated."""
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import re
 import secrets
@@ -11,13 +13,15 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
+import urllib.request
 
 import pytest
 import redis
 import yaml
 
-from conftest import EVALFARM, EXAMPLES, ROOT, env_for, free_port, run_cli
+from conftest import EVALFARM, EXAMPLES, ROOT, env_for, free_port, run_cli, wait_for
 
 POOLS_IN_COMPOSE = ("provider", "judge", "spawn", "aggregate")
 
@@ -70,12 +74,39 @@ def start_compose(tmp_path, shell_env: dict[str, str]):
     return port, procs, logs
 
 
+def start_flower(tmp_path, port: int, shell_env: dict[str, str]) -> tuple[subprocess.Popen, int]:
+    """The flower service's own command and environment (pip's Flower stands in for the image's)."""
+    svc = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["flower"]
+    env = {k: interpolate(v, shell_env).replace("@redis:6379/", f"@127.0.0.1:{port}/")
+           for k, v in svc["environment"].items()}
+    web = free_port()
+    cmd = [f"--port={web}" if a.startswith("--port=") else a for a in svc["command"]]
+    assert cmd[:2] == ["celery", "flower"]
+    proc = subprocess.Popen([sys.executable, "-m", *cmd, "--address=127.0.0.1"], env=env_for(None, **env),
+                            stdout=open(tmp_path / "flower.log", "wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    return proc, web
+
+
+def flower_api(web: int, path: str):
+    with urllib.request.urlopen(f"http://127.0.0.1:{web}{path}", timeout=10) as r:  # no credentials
+        return json.loads(r.read())
+
+
 def own_metrics_port(cmd: list[str]) -> list[str]:
     """Each container has its own network: on this one host every worker needs its own metrics port."""
     cmd = list(cmd)
     if "--metrics-port" in cmd:
         cmd[cmd.index("--metrics-port") + 1] = str(free_port())
     return cmd
+
+
+def _answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=2).read()
+        return True
+    except OSError:
+        return False
 
 
 def stop_all(procs: list[subprocess.Popen]) -> list[int | None]:
@@ -98,7 +129,12 @@ def stop_all(procs: list[subprocess.Popen]) -> list[int | None]:
 def test_compose_services_run_the_documented_path(tmp_path, password):
     shell_env = {"REDIS_PASSWORD": password} if password else {}
     port, procs, logs = start_compose(tmp_path, shell_env)
+    flower = None
     try:
+        if importlib.util.find_spec("flower") is not None:
+            flower, web = start_flower(tmp_path, port, shell_env)
+            procs.append(flower)
+            wait_for(lambda: _answers(f"http://127.0.0.1:{web}/healthcheck"), 30, "flower")
         auth = f":{password}@" if password else ""
         spec = EXAMPLES / "smoke.yaml"  # it has a judge block: the judge pool's queue is used as well
         res = run_cli("run", str(spec), "--broker", f"redis://{auth}localhost:{port}/0", "--no-save", "--json")
@@ -111,8 +147,17 @@ def test_compose_services_run_the_documented_path(tmp_path, password):
         seen = {name: log.read_text(errors="replace") for name, log in logs.items()}
         assert "evalfarm.run_batch" in seen["provider"] and "evalfarm.aggregate" in seen["aggregate"]
         assert "evalfarm.judge_batch" in seen["judge"]
+        if flower is not None:  # compose's Flower answers its API and sees the db-0 pools and their tasks
+            workers = wait_for(lambda: (w := flower_api(web, "/api/workers?refresh=1")) and
+                               {n.split("-")[0] for n in w} >= {"provider", "judge", "aggregate"} and w, 30,
+                               "flower to list the workers")
+            tasks = wait_for(lambda: (t := flower_api(web, "/api/tasks")) and
+                             {x["name"] for x in t.values() if x["state"] == "SUCCESS"} >=
+                             {"evalfarm.run_batch", "evalfarm.judge_batch", "evalfarm.aggregate"} and t, 30,
+                             "flower to list the run's tasks")
+            assert sorted(workers) and all(x["state"] == "SUCCESS" for x in tasks.values())
     finally:
         codes = stop_all(procs)
-    assert codes == [0, 0, 0, 0], {n: logs[n].read_text()[-1500:] for n in logs}
+    assert codes[:4] == [0, 0, 0, 0], {n: logs[n].read_text()[-1500:] for n in logs}
     if password:
         assert all(password not in log.read_text(errors="replace") for log in logs.values())

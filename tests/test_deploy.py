@@ -353,6 +353,9 @@ def test_compose_has_flower_and_a_dashboard_slot_behind_a_profile():
     services = load_compose()["services"]
     assert set(services) == {"redis", "flower", "dashboard", *POOL_NAMES}
     assert services["flower"]["image"].startswith("mher/flower:")
+    # Flower 2's API answers 401 to everyone unless this is set (or basic auth is configured)
+    assert services["flower"]["environment"]["FLOWER_UNAUTHENTICATED_API"] == "true"
+    assert services["flower"]["ports"] == ["127.0.0.1:5555:5555"]
     assert services["dashboard"]["profiles"] == ["dashboard"]
     assert services["dashboard"]["command"][0] == "serve"
     assert "EVALFARM_SERVE_TOKEN" in services["dashboard"]["environment"]  # 0.0.0.0 needs a token

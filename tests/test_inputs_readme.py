@@ -69,5 +69,11 @@ def test_readme_snippet(tmp_path, kind, line, body):
         spec = load_spec(path)
         for key in data:
             assert getattr(spec, key), (where, key)
+    elif "steps" in data:  # a mock-provider --agent-script
+        from evalfarm.mock.script import load_agent_script
+
+        path.write_text(body)
+        script = load_agent_script(path)
+        assert [s.kind for s in script.steps] == [next(iter(set(step) - {"usage"})) for step in data["steps"]], where
     else:
         pytest.fail(f"{where}: a YAML snippet this test does not know how to check: keys {sorted(data)}")

@@ -135,9 +135,14 @@ def test_one_log_per_adapter_by_run_id_and_adapter_choice(run, tmp_path):
     folder.mkdir()
     proc = run_cli("export", "inspect", report["run_id"][:20], "--state-dir", str(state), "-o", str(folder))
     assert proc.returncode == 0, proc.stderr
-    files = sorted(folder.iterdir())
-    assert [f.name for f in files] == [f"{report['run_id']}_large.json", f"{report['run_id']}_small.json"]
+    files = sorted(folder.iterdir(), key=lambda f: f.name.split("_")[2])  # by adapter: large, small
+    # named as Inspect names its own logs: {created}_{task}_{model}_{id}.json, the created time first
+    stamp = report["started_at"][:19].replace(":", "-")
+    assert [f.name.split("_")[:3] for f in files] == [[f"{stamp}-00-00", "export-demo", a] for a in ("large", "small")]
+    assert len({f.name.split("_")[3] for f in files}) == 2
     logs = [read_eval_log(str(f)) for f in files]
+    assert [lg.eval.run_id for lg in logs] == [report["run_id"]] * 2  # our run id, inside
+    assert [lg.eval.metadata["evalfarm"]["run_id"] for lg in logs] == [report["run_id"]] * 2
     assert [lg.eval.model for lg in logs] == ["large", "small"]  # without --spec: the adapter ids
     assert all(len(lg.samples) == 10 for lg in logs)
     # without --spec the inputs come from the report's prompts section (each prompt as it was sent)
@@ -155,6 +160,55 @@ def test_one_log_per_adapter_by_run_id_and_adapter_choice(run, tmp_path):
     unknown = run_cli("export", "inspect", report["run_id"], "--state-dir", str(state), "--adapter", "nope",
                       "-o", str(to_file))
     assert unknown.returncode == 2 and "not in this run" in unknown.stderr and not to_file.exists()
+
+
+def test_inspect_log_list_finds_the_export_with_its_samples_scores_and_judge_explanations(run, tmp_path):
+    """Inspect's own CLI, not only its reader: `inspect log list` lists only logs named with a timestamp
+    first (a file named after our run id was invisible to it and to `inspect view`)."""
+    import shutil
+    import subprocess
+    import sys
+
+    tmp, _, report = run
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    proc = run_cli("export", "inspect", report["run_id"], "--state-dir", str(tmp / "st"), "-o", str(folder))
+    assert proc.returncode == 0, proc.stderr
+    inspect = shutil.which("inspect", path=str(Path(sys.executable).parent)) or pytest.fail("inspect CLI missing")
+    listed = subprocess.run([inspect, "log", "list", "--log-dir", str(folder), "--json"], capture_output=True,
+                            text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    entries = json.loads(listed.stdout)
+    assert sorted(Path(e["name"]).name for e in entries) == sorted(f.name for f in folder.iterdir())
+    assert {e["task"] for e in entries} == {"export-demo"} and all(e["task_id"] for e in entries)
+    print("\nFIGURES inspect log list --json:", json.dumps(entries)[:1500])
+    from inspect_ai.log import read_eval_log
+
+    small = read_eval_log(next(e["name"] for e in entries if "_small_" in e["name"]))
+    assert len(small.samples) == 10 and small.eval.run_id == report["run_id"]
+    judged = [s for s in small.samples if s.scores and "judge" in s.scores]
+    assert judged and all(s.scores["judge"].explanation for s in judged)  # the judge's reasons travel
+    ours = {(o["prompt_id"], o["trial"] + 1): o for o in report["outcomes"] if o["adapter"] == "small"}
+    for s in judged:
+        o = ours[(s.id, s.epoch)]
+        if o["judge_reason"]:
+            assert s.scores["judge"].explanation == o["judge_reason"]
+        else:  # a weighted rubric: one line per criterion, with its verdict and reason
+            assert o["judge_criteria"]
+            for c in o["judge_criteria"]:
+                assert f"{c['id']}: {c['verdict']}" in s.scores["judge"].explanation and c["reason"] in \
+                    s.scores["judge"].explanation
+        assert s.scores["checks"].answer == s.output.completion
+        assert s.scores["checks"].value in ("C", "I") and s.scores["verdict"].value in ("C", "I")
+    # a file name of the user's own choosing is written as given, with a note on how Inspect lists logs
+    own = run_cli("export", "inspect", report["run_id"], "--adapter", "small", "--state-dir", str(tmp / "st"),
+                  "-o", str(tmp_path / "mine.json"))
+    assert own.returncode == 0 and (tmp_path / "mine.json").exists()
+    assert "show only logs named like" in own.stderr
+    named = tmp_path / "2026-12-01T18-29-21-00-00_mine.json"
+    quiet = run_cli("export", "inspect", report["run_id"], "--adapter", "small", "--state-dir", str(tmp / "st"),
+                    "-o", str(named))
+    assert quiet.returncode == 0 and quiet.stderr == ""
 
 
 def test_status_error_and_cancelled(run, tmp_path):

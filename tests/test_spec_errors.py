@@ -18,7 +18,7 @@ prompts:
 
 CASES = {
     "malformed_yaml": ({"spec.yaml": "name: s\nadapters: [mock\nprompts: []\n"}, "spec.yaml:3: invalid YAML"),
-    "unknown_key": ({"spec.yaml": GOOD + "promts: []\n"}, "spec.yaml:6: promts: unknown field; allowed fields"),
+    "unknown_key": ({"spec.yaml": GOOD + "promts: []\n"}, "spec.yaml:6: promts: unknown field (did you mean 'prompts'?); allowed fields"),
     "unknown_prompt_key": ({"spec.yaml": GOOD + "    expected: x\n"},
                            "spec.yaml:6: prompts[0].expected: unknown field"),
     "wrong_type": ({"spec.yaml": GOOD + "trials: many\n"}, "spec.yaml:6: trials: Input should be a valid integer"),

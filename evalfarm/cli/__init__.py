@@ -69,6 +69,12 @@ class EvalfarmGroup(click.Group):
     def resolve_command(self, ctx, args):
         if args and args[0] in ALIASES:
             args = [ALIASES[args[0]], *args[1:]]
+        if args and not args[0].startswith("-") and ALIASES.get(args[0], args[0]) not in COMMANDS:
+            import difflib
+
+            close = difflib.get_close_matches(args[0], [*COMMANDS, *ALIASES], n=2, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise click.UsageError(f"no such command {args[0]!r}{hint}", ctx)
         return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context):
@@ -136,6 +142,7 @@ def _quiet_broken_pipe() -> None:
 
 
 @click.group(cls=EvalfarmGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="evalfarm", prog_name="evalfarm", message="%(prog)s %(version)s")
 @click.option("--log-level", default="WARNING", envvar="EVALFARM_LOG_LEVEL", show_default=True)
 @click.option("--debug", is_flag=True, help="Show the traceback of an internal error.")
 def main(log_level: str, debug: bool) -> None:

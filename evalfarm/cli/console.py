@@ -99,6 +99,25 @@ def explain_errors(report: dict[str, Any], limit: int = 3) -> list[str]:
     return lines
 
 
+QUALITY_THRESHOLDS = ("golden_pass_rate_min", "judge_score_min", "overall_score_min", "pass_rate_min")
+
+
+def ungated(report: dict[str, Any]) -> str | None:
+    """Why a PASSED verdict means little: no quality threshold was set (a `--dataset` run has none
+    unless it is gated) and items failed. The exit code stays 0, as the seed's `run` without --gate."""
+    thresholds = report.get("thresholds") or {}
+    if any(thresholds.get(k) is not None for k in QUALITY_THRESHOLDS):
+        return None
+    figures = (report.get("per_adapter") or {}).values()
+    measured = sum(f.get("measured") or 0 for f in figures)
+    passed = sum(f.get("passed") or 0 for f in figures)
+    if measured == passed:
+        return None
+    return (f"{measured - passed} of {measured} measured items failed, and no threshold is set, so nothing "
+            "failed the run (exit 0); set thresholds (golden_pass_rate_min, pass_rate_min, ...) in a spec, "
+            "or run with --gate against a baseline")
+
+
 def print_summary(report: dict[str, Any], paths: list[str], console: Console | None = None) -> None:
     console = console or out_console
     console.print(fitted(console, report))
@@ -127,6 +146,8 @@ def print_summary(report: dict[str, Any], paths: list[str], console: Console | N
     elif report.get("stopped"):
         console.print(f"[yellow]{escape(verdict)}[/yellow]: {report.get('items_done')} of "
                       f"{report.get('items_planned')} items measured; a partial report", highlight=False)
+    elif verdict == PASSED and (why := ungated(report)):
+        console.print(f"[yellow]PASSED, NOTHING GATED[/yellow]: {escape(why)}", highlight=False)
     elif verdict == PASSED:
         console.print("[green]PASSED[/green]")
     else:
@@ -163,6 +184,16 @@ def eta(p) -> str:
     return f"ETA {m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"ETA {m}:{s:02d}"
 
 
+_ACTIVE: "LiveProgress | None" = None  # the bar on screen, if any (stop_live)
+
+
+def stop_live() -> None:
+    """Stop the progress bar on screen, if one is drawing, before a closing message: a Ctrl-C that
+    detaches must leave its `wait`/`cancel` line visible, not under a last redraw of the bar."""
+    if _ACTIVE is not None:
+        _ACTIVE.stop()
+
+
 class LiveProgress:
     """A bar for the run and one per adapter: done/total, items/s, errors, spend so far (model and
     judge), ETA. Rates are measured over the run's life, so attaching late reads true."""
@@ -183,11 +214,24 @@ class LiveProgress:
                 TextColumn("{task.fields[spend]}"), TextColumn("{task.fields[eta]}"),
                 console=self.console, transient=False, refresh_per_second=8)
             self._progress.__enter__()
+            global _ACTIVE
+            _ACTIVE = self
         return self
 
     def __exit__(self, *exc) -> None:
+        global _ACTIVE
+        _ACTIVE = None
         if self._progress is not None:
             self._progress.__exit__(*exc)
+            self._progress = None
+
+    def stop(self) -> None:
+        """Stop drawing now: what is printed next stays below the last frame (no redraw over it)."""
+        global _ACTIVE
+        _ACTIVE = None
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
 
     @staticmethod
     def rows(p) -> dict[str, tuple[int, int, int, str, str]]:

@@ -67,7 +67,11 @@ def attach(backend, run_id: str, state_dir: Path, no_save: bool, as_json: bool, 
 
 
 def still_running(run_id: str) -> None:
-    """Ctrl-C while attached to a farm run: the run goes on without us."""
+    """Ctrl-C while attached to a farm run: the run goes on without us. The bar stops first, so its
+    last redraw cannot land over this line."""
+    from .console import stop_live
+
+    stop_live()
     click.echo(f"\nevalfarm: detached; run {run_id} goes on on the farm. 'evalfarm wait {run_id}' attaches "
                f"again, 'evalfarm cancel {run_id}' stops it.", err=True)
     sys.exit(130)
@@ -84,7 +88,10 @@ def still_running(run_id: str) -> None:
 @click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="N",
               help="Serve Prometheus metrics on this port (/metrics): items, latency, in flight, retries, 429 "
                    "pauses, spend, queue depth.")
-def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str, metrics_port: int | None) -> None:
+@click.option("--no-events", is_flag=True, help="Send no task events (seen by Flower and `celery events`); "
+                                                 "worker heartbeats stay on.")
+def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str, metrics_port: int | None,
+           no_events: bool) -> None:
     """Start a worker consuming one pool's queues; it announces itself (a heartbeat key the dashboard reads)."""
 
     from ..executors.celery import heartbeat  # noqa: F401  (connects the worker's heartbeat to Celery's signals)
@@ -113,6 +120,9 @@ def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str
         from ..executors.celery.spawn import spawn_broker_url, spawn_worker_app
 
         broker_of_queues = spawn_broker_url(settings)
+    from ..executors.celery.preflight import check_worker_redis
+
+    check_worker_redis(settings, broker_of_queues)
     if metrics_port is not None:
         from ..executors.celery import metrics
         from ..engine import observe
@@ -127,9 +137,12 @@ def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str
         app = spawn_worker_app(settings, spec)
     else:
         app = worker_app(settings, pool=spec)
+    app.conf.worker_send_task_events = not no_events
+    # heartbeats on (Flower and `celery events` see the worker alive); no gossip (every worker would
+    # consume every other worker's events) and no mingle (a start-up round trip to the others)
     app.worker_main(["worker", "-Q", ",".join(spec.queues), "-P", "threads",
                      "-c", str(concurrency or spec.concurrency), "--loglevel", loglevel,
-                     "-n", f"{pool}-%i@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"])
+                     "-n", f"{pool}-%i@%h", "--without-gossip", "--without-mingle"])
 
 
 @click.command()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -151,10 +150,6 @@ def export_csv(run: str, output: Path | None, state_dir: Path) -> None:
     _emit(csv_chunks(rows(report)), output)
 
 
-def _safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "x"
-
-
 @export_cmd.command("inspect")
 @click.argument("run")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
@@ -168,10 +163,11 @@ def _safe_name(text: str) -> str:
 def export_inspect(run: str, output: Path, adapter: str | None, spec_path: Path | None, state_dir: Path) -> None:
     """An Inspect AI eval log (JSON) that inspect_ai.log.read_eval_log reads: samples with input,
     messages, output, scores and model usage; results with metrics; status success, error or
-    cancelled."""
+    cancelled. Into a folder, each log is named as Inspect names its own
+    (YYYY-MM-DDTHH-MM-SS..._TASK_ADAPTER_ID.json), so `inspect view` and `inspect log list` list it."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from ..interop.inspect_log import eval_log
+    from ..interop.inspect_log import INSPECT_NAME, eval_log, file_name
 
     report, source = _report(run, state_dir)
     adapters = list(dict.fromkeys((report.get("adapters") or []) + [o["adapter"] for o in report["outcomes"]]))
@@ -193,12 +189,16 @@ def export_inspect(run: str, output: Path, adapter: str | None, spec_path: Path 
     logs = []
     for name in chosen:
         log = eval_log(report, name, prompts, specs.get(name), ev_version)
-        target = output / f"{_safe_name(report['run_id'])}_{_safe_name(name)}.json" if to_dir else output
+        target = output / file_name(log) if to_dir else output
         logs.append((target, (json.dumps(log, ensure_ascii=False, allow_nan=False, indent=1) + "\n").encode()))
     for target, body in logs:  # every log built before the first is written
         atomic_write(target, body)
         written.append(str(target))
     click.echo("\n".join(written))
+    if not to_dir and not INSPECT_NAME.match(output.name):
+        click.echo(f"evalfarm: note: `inspect view` and `inspect log list` show only logs named like "
+                   f"{file_name(log)} (a timestamp first); -o an existing folder names it so",
+                   err=True)
 
 
 def _from_report(report: dict[str, Any]) -> dict[str, dict[str, Any]] | None:

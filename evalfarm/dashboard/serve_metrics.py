@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Iterator
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -122,9 +122,13 @@ class StateCollector(Collector):
         errors = GaugeMetricFamily("evalfarm_farm_run_errors", "Items of a run that errored", labels=["run_id", "spec"])
         spend = GaugeMetricFamily("evalfarm_farm_run_spend_usd", "Spend of a run so far (model and judge)",
                                   labels=["run_id", "spec"])
+        active = GaugeMetricFamily("evalfarm_farm_run_active", "1 while a run in the store is being worked on "
+                                   "(planning, dispatching, running), 0 once done, failed or cancelled",
+                                   labels=["run_id", "spec"])
         for r in snap["runs"]:
             states[r["state"] or "?"] = states.get(r["state"] or "?", 0) + 1
             labels = [r["run_id"], r["spec_name"]]
+            active.add_metric(labels, 1 if r["state"] in ("planning", "dispatching", "running") else 0)
             done.add_metric(labels, r["done"])
             total.add_metric(labels, r["total"])
             errors.add_metric(labels, r["errors"])
@@ -133,7 +137,7 @@ class StateCollector(Collector):
                                  labels=["state"])
         for s, n in sorted(states.items()):
             runs.add_metric([s], n)
-        yield from (runs, done, total, errors, spend)
+        yield from (runs, active, done, total, errors, spend)
         workers = GaugeMetricFamily("evalfarm_workers", "Workers with a live heartbeat key")
         workers.add_metric([], len(snap["workers"]))
         yield workers
@@ -153,4 +157,6 @@ class StateCollector(Collector):
 def exposition(state: State) -> tuple[bytes, str]:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StateCollector(state))
-    return generate_latest(registry), CONTENT_TYPE_LATEST
+    from ..exposition import render
+
+    return render(registry)

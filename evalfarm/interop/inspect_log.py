@@ -34,6 +34,29 @@ def _created(report: dict[str, Any]) -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
+# Inspect's `inspect log list` and viewer list only .json logs whose names match this (inspect_ai
+# log/_file.py: log_file_pattern); any other name is invisible to them, whatever the content.
+INSPECT_NAME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}[:-]\d{2}[:-]\d{2}.*\.json$")
+
+
+def _component(text: str) -> str:
+    """A file-name part as Inspect cleans one (``_ / : +`` become ``-``), and safe on any filesystem."""
+    text = re.sub(r"[_/:+]", "-", text)
+    return re.sub(r"[^A-Za-z0-9.-]+", "-", text).strip(".-")[:80] or "x"
+
+
+def file_name(log: dict[str, Any]) -> str:
+    """The name Inspect gives a log, ``{created}_{task}_{model}_{id}.json`` (its eval_log_name with the
+    pattern ``{task}_{model}_{id}``): ``2026-12-01T18-29-21-00-00_smoke_small_3f9c....json``. The model
+    part is the adapter id; the id, unique per run and adapter; our run id stays inside the log
+    (``eval.run_id`` and ``eval.metadata.evalfarm.run_id``)."""
+    ev = log["eval"]
+    created = datetime.fromisoformat(ev["created"]).astimezone(timezone.utc).replace(microsecond=0)
+    stamp = created.isoformat().replace(":", "-").replace("+", "-")  # 2026-12-01T18-29-21-00-00
+    adapter = ev["metadata"]["evalfarm"]["adapter"]
+    return f"{stamp}_{_component(ev['task'])}_{_component(adapter)}_{ev['eval_id']}.json"
+
+
 def _usage(tokens_in: int, tokens_out: int, cost: float | None) -> dict[str, Any]:
     usage: dict[str, Any] = {"input_tokens": tokens_in, "output_tokens": tokens_out,
                              "total_tokens": tokens_in + tokens_out}
@@ -158,6 +181,20 @@ def _results(outcomes: list[dict[str, Any]], figures: dict[str, Any], has_judge:
     return {"total_samples": len(outcomes), "completed_samples": n_scored, "scores": scores}
 
 
+def judge_explanation(o: dict[str, Any]) -> str | None:
+    """The judge's reason; for a weighted rubric, one line per criterion (id, verdict, score, reason),
+    which the viewer shows under the judge's score."""
+    if o.get("judge_reason"):
+        return o["judge_reason"]
+    lines = []
+    for c in o.get("judge_criteria") or []:
+        if isinstance(c, dict):
+            score = f" {c['score']:g}" if isinstance(c.get("score"), (int, float)) else ""
+            lines.append(f"{c.get('id')}: {c.get('verdict', '?')}{score} (weight {c.get('weight', 1)}): "
+                         f"{c.get('reason') or 'no reason given'}")
+    return "\n".join(lines) or None
+
+
 def _sample(o: dict[str, Any], model: str, judge_model: str | None, prompt: dict[str, Any] | None,
             totals: dict[str, dict[str, Any]]) -> dict[str, Any]:
     if prompt is None:
@@ -199,13 +236,14 @@ def _sample(o: dict[str, Any], model: str, judge_model: str | None, prompt: dict
         sample["output"] = {"model": model, "completion": output, "usage": usage, "time": seconds,
                             "choices": [{"message": reply,
                                          "stop_reason": _STOP.get(o.get("finish_reason") or "", "unknown")}]}
+        answer = output if len(output) <= 2000 else output[:2000] + "..."  # the viewer's ANSWER column
         scores: dict[str, Any] = {
-            "checks": {"value": _cv(o.get("golden_passed")), "explanation": o.get("golden_reason")},
-            "verdict": {"value": _cv(o.get("passed", o.get("golden_passed"))),
+            "checks": {"value": _cv(o.get("golden_passed")), "answer": answer, "explanation": o.get("golden_reason")},
+            "verdict": {"value": _cv(o.get("passed", o.get("golden_passed"))), "answer": answer,
                         "explanation": o.get("failure_mode") or "passed"},
         }
         if o.get("judge_score") is not None:
-            scores["judge"] = {"value": o["judge_score"], "explanation": o.get("judge_reason"),
+            scores["judge"] = {"value": o["judge_score"], "explanation": judge_explanation(o),
                                "metadata": {"criteria": o.get("judge_criteria")} if o.get("judge_criteria") else None}
         sample["scores"] = scores
     if seconds is not None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .script import find_cwd, schema_args
+from .script import find_cwd, schema_args, whole_lines
 from .sse import SSE
 
 
@@ -51,8 +51,12 @@ class ChatToolsProtocol:
 
     async def _chat_aider(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         """aider has no tools: every edit step becomes a SEARCH/REPLACE block in one reply, then the text."""
-        blocks = [f"{s.path}\n```\n<<<<<<< SEARCH\n{s.old}\n=======\n{s.new}\n>>>>>>> REPLACE\n```\n"
-                  for s in self.script.steps if s.kind == "edit"]
+        cwd = find_cwd(body)
+        blocks = []
+        for s in self.script.steps:
+            if s.kind == "edit":  # aider searches whole lines: the lines holding `old`, when the mock can read them
+                search, replace = whole_lines(s, cwd) or (s.old, s.new)
+                blocks.append(f"{s.path}\n```\n<<<<<<< SEARCH\n{search}\n=======\n{replace}\n>>>>>>> REPLACE\n```\n")
         says = [s.text for s in self.script.steps if s.kind == "say"]
         text = "\n".join(blocks + says[-1:]) or "Done."
         first_edit = next((i for i, s in enumerate(self.script.steps) if s.kind == "edit"), 0)

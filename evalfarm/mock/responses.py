@@ -1,4 +1,7 @@
-"""The OpenAI Responses API as SSE (Codex CLI): POST /v1/responses, tool calls as function, custom or shell calls."""
+"""The OpenAI Responses API as SSE (Codex CLI): POST /v1/responses, tool calls as function, custom or shell calls.
+
+An edit step becomes an apply_patch of the whole lines holding ``old`` (script.whole_lines), or, when the
+mock cannot read the file or Codex offers no apply_patch, the shell form of the same replacement."""
 from __future__ import annotations
 
 import json
@@ -8,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .script import TOOL_RESULT_TYPES, Step, find_cwd, quote, schema_args
+from .script import TOOL_RESULT_TYPES, Step, find_cwd, quote, schema_args, shell_edit, whole_lines
 from .sse import SSE
 
 
@@ -50,10 +53,13 @@ class ResponsesProtocol:
     @staticmethod
     def _codex_item(step: Step, tools: dict[str, dict[str, Any]], cwd: str | None) -> dict[str, Any]:
         call_id = "call_" + uuid.uuid4().hex[:12]
-        if step.kind == "edit" and "apply_patch" in tools:
+        lines = whole_lines(step, cwd) if step.kind == "edit" else None
+        if lines is not None and "apply_patch" in tools:
+            # apply_patch replaces whole lines (and matches them ignoring surrounding blanks): give it the
+            # lines that hold `old`, so the rest of each line (indentation first) stays as it was
             patch = "*** Begin Patch\n*** Update File: {}\n@@\n{}\n{}\n*** End Patch\n".format(
-                step.path, "\n".join("-" + x for x in step.old.split("\n")),
-                "\n".join("+" + x for x in step.new.split("\n")))
+                step.path, "\n".join("-" + x for x in lines[0].split("\n")),
+                "\n".join("+" + x for x in lines[1].split("\n")))
             if tools["apply_patch"].get("type") == "custom":  # the freeform (grammar) tool
                 return {"type": "custom_tool_call", "id": "ctc_" + call_id, "call_id": call_id,
                         "name": "apply_patch", "input": patch}
@@ -64,9 +70,7 @@ class ResponsesProtocol:
             if step.kind == "read":
                 command = f"cat {quote(step.path)}"
             elif step.kind == "edit":
-                command = ("python3 -c 'import pathlib,sys; p=pathlib.Path(sys.argv[1]); "
-                           "p.write_text(p.read_text().replace(sys.argv[2], sys.argv[3], 1))' "
-                           f"{quote(step.path)} {quote(step.old)} {quote(step.new)}")
+                command = shell_edit(step)
             shell = Step("shell", step.line, step.usage, command=command)
             name = next((n for n in ("exec_command", "shell_command", "shell") if n in tools), None)
             if name is None:

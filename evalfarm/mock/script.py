@@ -5,6 +5,13 @@ The script (YAML) is a list of steps: ``read: FILE``, ``edit: {file, old, new}``
 chosen statelessly from how many tool results the request already holds (step N answers a request
 holding N results). Argument names are taken from the tool schema the agent sent; relative paths
 become absolute under the working directory the agent states in its prompt.
+
+An edit means one thing to every agent, Claude Code's Edit semantics: ``old`` is text that occurs
+exactly once in the file, matched by content (a part of a line or several lines), and only that text
+becomes ``new``; the rest of its lines, indentation included, stays. Agents whose edit tool works on
+whole lines (Codex's apply_patch, aider's SEARCH/REPLACE) get the whole lines around ``old`` with the
+replacement inside them (``whole_lines``, reading the file where the agent works, on this host); when
+the mock cannot read it, Codex edits through its shell with the same exactly-once replacement.
 """
 from __future__ import annotations
 
@@ -151,6 +158,34 @@ def schema_args(schema: dict[str, Any] | None, step: Step, cwd: str | None) -> d
         if name not in args and (props.get(name) or {}).get("type", "string") == "string":
             args[name] = f"scripted {step.kind} step"
     return args
+
+
+def whole_lines(step: Step, cwd: str | None) -> tuple[str, str] | None:
+    """(the whole lines holding ``step.old``, the same lines with ``old`` replaced by ``new``), read from
+    the file the agent works on; None when the file cannot be read here or ``old`` is not in it exactly
+    once (then the agent's own tool reports the mismatch, as it would for a model's edit)."""
+    try:
+        text = Path(abs_path(step.path, cwd)).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if text.count(step.old) != 1:
+        return None
+    at = text.index(step.old)
+    start = text.rfind("\n", 0, at) + 1
+    end = text.find("\n", at + len(step.old))
+    end = len(text) if end == -1 else end
+    return text[start:end], text[start:at] + step.new + text[at + len(step.old):end]
+
+
+# The shell form of an edit (Codex without apply_patch, or the file out of the mock's reach): the same
+# exactly-once replacement as Claude Code's Edit, failing loudly otherwise.
+SHELL_EDIT = ("python3 -c 'import pathlib,sys; p=pathlib.Path(sys.argv[1]); t=p.read_text(); n=t.count(sys.argv[2]); "
+              "sys.exit(\"old text found %d times, expected once\" % n) if n != 1 else "
+              "p.write_text(t.replace(sys.argv[2], sys.argv[3], 1))'")
+
+
+def shell_edit(step: Step) -> str:
+    return f"{SHELL_EDIT} {quote(step.path)} {quote(step.old)} {quote(step.new)}"
 
 
 def json_instance(schema: dict[str, Any]) -> Any:

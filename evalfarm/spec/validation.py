@@ -1,6 +1,7 @@
 """Pydantic errors turned into one line that names the field the user wrote, and its line."""
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any
 
@@ -38,7 +39,10 @@ def message(err: dict, model: type[BaseModel], hints: dict[str, str] | None = No
     kind, msg = err["type"], err["msg"]
     if kind == "extra_forbidden":
         allowed = _fields_at(model, tuple(err["loc"]))
-        return f"unknown field; allowed fields are {', '.join(allowed)}" if allowed else "unknown field"
+        name = err["loc"][-1] if err["loc"] else ""
+        close = difflib.get_close_matches(str(name), allowed, n=1, cutoff=0.6) if allowed else []
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        return f"unknown field{hint}; allowed fields are {', '.join(allowed)}" if allowed else "unknown field"
     if kind == "missing":
         return "required field is missing"
     last = err["loc"][-1] if err["loc"] else None

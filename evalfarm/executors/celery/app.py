@@ -1,4 +1,4 @@
-"""The Celery app: JSON only, late acks, one queue per pool, no result waiting."""
+"""The Celery app: JSON only, late acks, one queue per pool, no result waiting, task events on."""
 from __future__ import annotations
 
 from celery import Celery
@@ -50,7 +50,11 @@ def create_app(settings: FarmSettings, pool: Pool | None = None) -> Celery:
         broker_connection_max_retries=None,  # a partitioned worker reconnects whenever the link is back
         broker_transport_options=transport_options(settings.visibility_timeout),
         task_acks_on_failure_or_timeout=True,
-        worker_hijack_root_logger=False, worker_send_task_events=False,
+        worker_hijack_root_logger=False,
+        # Celery's own tools see the farm: task events (received, started, succeeded, failed) for
+        # `celery events` and Flower; `evalfarm worker --no-events` turns them off. A task is a batch of
+        # up to 100 items, so this is three small messages per batch, not per item (README: The farm).
+        worker_send_task_events=True, task_send_sent_event=False,
     )
     if pool is not None:
         conf.update(worker_prefetch_multiplier=pool.prefetch_multiplier, task_soft_time_limit=pool.soft_time_limit,

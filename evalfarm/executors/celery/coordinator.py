@@ -273,8 +273,11 @@ class CeleryBackend:
         """Poll counters until the report exists. If every item is done but no report appears for
         ``stall_s`` (the aggregate message was lost, e.g. in a broker restart), the aggregate is sent
         again: it is idempotent. A cancelled run, or one whose keys vanished, ends the wait at once."""
+        from .store_watch import StoreWatch
+
         try:
-            self._wait(run_id, on_progress, timeout_s, poll_s, stall_s)
+            with StoreWatch(self.settings.run_store_url, run_id) as watch:
+                self._wait(run_id, on_progress, timeout_s, poll_s, stall_s, watch.ok)
         except redis.exceptions.RedisError as exc:  # the store client's own retries (~30 s) gave up
             raise InfrastructureError(
                 f"lost the run store at {redact(self.settings.run_store_url)} while waiting for run {run_id}: "
@@ -282,7 +285,7 @@ class CeleryBackend:
                 "attaches again") from None
 
     def _wait(self, run_id: str, on_progress: ProgressFn | None, timeout_s: float | None, poll_s: float,
-              stall_s: float) -> None:
+              stall_s: float, answered=lambda: None) -> None:
         started = time.monotonic()
         complete_since: float | None = None
         warned = False
@@ -294,6 +297,7 @@ class CeleryBackend:
                 self._late_cancel_notice(run_id)
                 return
             p = self.progress(run_id)
+            answered()
             if on_progress is not None:
                 on_progress(p)
             if p.state in ("?", "cancelled", "failed"):

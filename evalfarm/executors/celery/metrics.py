@@ -14,14 +14,18 @@ Prometheus conventions: counters end in ``_total``, durations are ``_seconds``, 
     evalfarm_spend_usd_total{adapter,kind}              kind: model | judge
     evalfarm_tokens_total{adapter,kind,direction}       direction: in | out
     evalfarm_queue_depth{pool}                          gauge, set by whoever samples the broker
+
+An adapter's series exist at zero from its first call in the process on (``prepare``), so
+``increase()`` counts its first run too.
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ...core.taxonomy import MODES
 from ...core.verdict import item_passed
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -108,10 +112,40 @@ def set_queue_depth(pool: str, depth: int) -> None:
     QUEUE_DEPTH.labels(_label(pool, 40)).set(max(0, int(depth)))
 
 
+def prepare(adapter: str) -> None:
+    """Create an adapter's series at zero, the first time this process meets the adapter (its first
+    call starting, before any of its items can finish). A labelled counter otherwise appears only at
+    its first increment, with that value, and ``increase()`` cannot count an increment it never saw
+    from zero: an hourly-spend query missed the first run of every series. The label sets are the
+    ones known in advance: statuses with their failure modes (core.taxonomy), spend and token kinds."""
+    a = _label(adapter)
+    if a in _PREPARED:
+        return
+    _PREPARED.add(a)
+    ITEMS.labels(a, "passed", "none")
+    ITEMS.labels(a, "errored", "runtime_error")
+    for mode in MODES:
+        if mode != "runtime_error":
+            ITEMS.labels(a, "failed", mode)
+    for kind in ("model", "judge"):
+        SPEND.labels(a, kind)
+        for direction in ("in", "out"):
+            TOKENS.labels(a, kind, direction)
+    RETRIES.labels(a)
+    LATENCY.labels(a)
+    IN_FLIGHT.labels(a)
+
+
+_PREPARED: set[str] = set()
+
+
 def start_metrics_server(port: int, addr: str = "0.0.0.0"):
-    """Serve /metrics on ``addr:port`` in a daemon thread (``evalfarm worker --metrics-port N``).
-    All interfaces by default: Prometheus scrapes a pod by its IP. Returns (server, thread)."""
-    return start_http_server(port, addr=addr, registry=REGISTRY)
+    """Serve /metrics on ``addr:port`` in a daemon thread (``evalfarm worker --metrics-port N``), in the
+    one exposition format evalfarm uses (evalfarm/exposition.py). All interfaces by default:
+    Prometheus scrapes a pod by its IP. Returns (server, thread)."""
+    from ...exposition import serve
+
+    return serve(port, REGISTRY, addr)
 
 
 class PrometheusObserver:
@@ -124,6 +158,8 @@ class PrometheusObserver:
         observe_call(adapter, seconds)
 
     def in_flight(self, adapter: str, delta: int) -> None:
+        if delta > 0:
+            prepare(adapter)
         IN_FLIGHT.labels(_label(adapter)).inc(delta)
 
     def retry(self, adapter: str) -> None:

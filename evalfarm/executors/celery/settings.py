@@ -47,6 +47,7 @@ class FarmSettings:
         broker_url = broker_url or env.get("EVALFARM_BROKER_URL") or None
         if not broker_url:
             raise UsageError("the farm needs a broker: pass --broker redis://HOST:6379/0 or set EVALFARM_BROKER_URL")
+        check_broker_url(broker_url, env.get("EVALFARM_STORE_URL"))
         values = dict(
             broker_url=check_redis_url(broker_url, "--broker"),
             result_backend=env.get("EVALFARM_RESULT_BACKEND") or None,
@@ -60,6 +61,25 @@ class FarmSettings:
         )
         values.update(overrides)
         return cls(**values)
+
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def check_broker_url(url: str, store_url: str | None) -> None:
+    """A broker URL names a Celery transport, and the run store is Redis: one line naming the URL
+    otherwise (``--broker http://...`` is about the broker, not about EVALFARM_STORE_URL)."""
+    from kombu.transport import TRANSPORT_ALIASES
+
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    base = scheme.split("+", 1)[0]
+    if base not in TRANSPORT_ALIASES and base not in REDIS_SCHEMES:
+        shown = f"{scheme}://" if scheme else "a URL without a scheme"
+        raise UsageError(f"--broker {redact(url)}: not a broker URL ({shown} is not a Celery transport); "
+                         "the farm runs on Redis: --broker redis://HOST:6379/0 (rediss:// for TLS)")
+    if base not in REDIS_SCHEMES and not store_url:
+        raise UsageError(f"--broker {redact(url)}: a broker on {scheme}:// needs a Redis run store beside it: "
+                         "set EVALFARM_STORE_URL=redis://HOST:6379/0 (or use a redis:// broker)")
 
 
 def check_redis_url(url: str | None, source: str) -> str | None:
