@@ -62,7 +62,7 @@ def test_loaders_name_file_line_and_field(tmp_path):
     bad.write_text("tasks:\n  - id: a\n    input: x\n    expected: y\n  - id: b\n    input: x\n    expect: y\n")
     with pytest.raises(SpecError) as e:
         load_tasks(bad)
-    assert str(e.value).startswith(f"{bad}:7: tasks[1].expect: unknown field; allowed fields are expected, id, input")
+    assert str(e.value).startswith(f"{bad}:7: tasks[1].expect: unknown field (did you mean 'expected'?); allowed fields are expected, id, input")
     bad.write_text("tasks:\n  - {id: a, input: x, expected: y}\n  - {id: a, input: z, expected: y}\n")
     with pytest.raises(SpecError, match=r"tasks.yaml:3: tasks\[1\].id: duplicate task id 'a' \(first on line 2\)"):
         load_tasks(bad)
