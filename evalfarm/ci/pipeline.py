@@ -12,8 +12,9 @@ import click
 from ..core.verdict import exit_code, stopped
 from ..errors import UsageError
 from ..spec.models import Thresholds
-from ..runs.archive import load_report, require_complete
-from ..runs.registry import Registry, baseline_report, resolve_ref
+from ..runs.archive import require_complete
+from ..runs.registry import BASELINE_PREFIX, Registry, resolve_ref
+from ..runs.trust import load_trusted, seal, verdicts
 
 
 def echo_lines(lines: list[str], err: bool) -> None:
@@ -21,24 +22,35 @@ def echo_lines(lines: list[str], err: bool) -> None:
         click.echo(line, err=err)
 
 
+def trusted_report(path: Path, state_dir: Path, use: str, where: str | None = None) -> dict[str, Any]:
+    """The complete report at ``path`` checked before ``use`` relies on it (``runs.trust``), with its
+    verdicts decided again from its outputs (what a gate compares); notes go to stderr."""
+    t = load_trusted(path, state_dir, use)
+    require_complete(t.report, where or str(path))
+    r = t.rechecked or verdicts(t)
+    echo_lines([f"evalfarm: note: {n}" for n in t.notes], True)
+    return r.report
+
+
 def baseline_for(name: str | None, default: str | None, state_dir: Path):
     """(name, report) of the baseline to compare with: ``name`` (a baseline name or any run
-    reference) must exist; ``default`` (the spec name) is used when it does."""
+    reference) must exist; ``default`` (the spec name) is used when it does. The report is checked
+    like any gate input and its verdicts are decided again (a baseline edited to look worse would
+    make a regression look like none)."""
 
     if name:
-        found = baseline_report(name, state_dir)
-        if found is not None:
-            return name, require_complete(found[1], f"baseline {name!r}")
+        if Registry(state_dir).baseline(name) is not None:
+            return name, trusted_report(resolve_ref(BASELINE_PREFIX + name, state_dir), state_dir, "gate",
+                                        f"baseline {name!r}")
         try:
             path = resolve_ref(name, state_dir)
-            return name, require_complete(load_report(path), str(path))
         except UsageError:
             raise UsageError(f"--baseline {name}: no baseline of that name and no such run in {state_dir}; "
                              "see 'evalfarm ls --baselines'") from None
-    if default:
-        found = baseline_report(default, state_dir)
-        if found is not None:
-            return default, require_complete(found[1], f"baseline {default!r}")
+        return name, trusted_report(path, state_dir, "gate")
+    if default and Registry(state_dir).baseline(default) is not None:
+        return default, trusted_report(resolve_ref(BASELINE_PREFIX + default, state_dir), state_dir, "gate",
+                                       f"baseline {default!r}")
     return None, None
 
 
@@ -55,6 +67,7 @@ def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, 
     if json_path is not None:
         registry.record(report, json_path, dataset_hash=info.get("dataset_hash"), prompt=prompt,
                         models=info.get("models"), source_run=info.get("source_run"))
+        seal(state_dir, report["run_id"], json_path)  # its hash, HMAC'd: gate and baseline check it (runs.trust)
     if prompt:
         echo_lines([f"prompt {prompt['name']}@{prompt['version']} ({prompt['hash'][:19]}, by {prompt['resolved_by']})"], err)
     if not (gate_on or promote or name or options.get("junit") or options.get("pr_summary")):

@@ -108,15 +108,20 @@ def rescore(run_ref: str, spec_path: Path | None, judge_model: str | None, judge
     """Score a stored RUN's outputs again (checks, judge, verdicts, thresholds) without calling the
     model under test; only the judge is called. The new run records RUN as its source."""
     from ..executors.rescore import judge_here, start_rescore
-    from ..runs.archive import check_state_dir, check_writable, load_report, require_complete
+    from ..runs.archive import check_state_dir, check_writable, require_complete
     from ..runs.registry import Registry, resolve_ref
     from ..ci.rescore import rescoring
     from ..envvars import env_int
     from .console import LiveProgress
     from .deliver import finish
 
+    from ..runs.trust import load_trusted
+
     path = resolve_ref(run_ref, state_dir)
-    report = require_complete(load_report(path), str(path))
+    trusted = load_trusted(path, state_dir, "rescore")  # an edited report is exit 2 (runs.trust)
+    report = require_complete(trusted.report, str(path))
+    for note in trusted.notes:
+        click.echo(f"evalfarm: note: {note}", err=True)
     if output is not None:
         check_writable(Path(output), "--output")
     if not no_save:

@@ -12,7 +12,6 @@ from ..canonical import sha256_hex
 from ..core.report.model import RunReport
 from ..core.report.markdown import render_markdown
 from ..core.report.framing import report_bytes
-from ..core.report.schema import report_problem
 from ..errors import UsageError
 from ..names import is_run_id, run_id_problem
 from ..perms import can_create_in, file_mode, make_dir
@@ -188,17 +187,11 @@ def resolve_run(ref: str, state_dir: Path | str = DEFAULT_STATE_DIR) -> Path:
 
 
 def load_report(path: Path) -> dict[str, Any]:
-    """A stored report, checked for the shape every reader relies on (exit 2 otherwise)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except RecursionError:
-        raise UsageError(f"{path}: not a readable evalfarm report (nested too deeply)") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise UsageError(f"{path}: not a readable evalfarm report ({exc})") from None
-    problem = report_problem(data)
-    if problem:
-        raise UsageError(f"{path}: not an evalfarm report ({problem})")
-    return data
+    """A stored report, checked for the shape every reader relies on and against the lineage stub
+    saved beside it (an edited report is exit 2: ``runs.trust``)."""
+    from .trust import read_report
+
+    return read_report(path)[0]
 
 
 def require_complete(report: dict[str, Any], where: str) -> dict[str, Any]:
