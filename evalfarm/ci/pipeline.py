@@ -14,7 +14,7 @@ from ..errors import UsageError
 from ..spec.models import Thresholds
 from ..runs.archive import require_complete
 from ..runs.registry import BASELINE_PREFIX, Registry, resolve_ref
-from ..runs.trust import load_trusted, seal, verdicts
+from ..runs.trust import load_trusted, verdicts
 
 
 def echo_lines(lines: list[str], err: bool) -> None:
@@ -67,7 +67,6 @@ def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, 
     if json_path is not None:
         registry.record(report, json_path, dataset_hash=info.get("dataset_hash"), prompt=prompt,
                         models=info.get("models"), source_run=info.get("source_run"))
-        seal(state_dir, report["run_id"], json_path)  # its hash, HMAC'd: gate and baseline check it (runs.trust)
     if prompt:
         echo_lines([f"prompt {prompt['name']}@{prompt['version']} ({prompt['hash'][:19]}, by {prompt['resolved_by']})"], err)
     if not (gate_on or promote or name or options.get("junit") or options.get("pr_summary")):

@@ -134,9 +134,11 @@ def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_
 @state_dir_option
 def baseline(run_ref: str, name: str | None, state_dir: Path) -> None:
     """Promote a stored RUN (path, id, id prefix, baseline:NAME) to a named baseline."""
+    import hashlib
+
     from ..runs.archive import list_runs, require_complete, runs_dir, save_report
     from ..runs.registry import Registry, check_baseline_name, is_stored, resolve_ref
-    from ..runs.trust import UNRECORDED, load_trusted, seal
+    from ..runs.trust import load_trusted
     from ..names import baseline_name_problem
 
     if name is not None:
@@ -157,10 +159,10 @@ def baseline(run_ref: str, name: str | None, state_dir: Path) -> None:
     if not is_stored(path, state_dir):  # a report from elsewhere: keep a copy the baseline can rely on
         stored = runs_dir(state_dir) / f"{report['run_id']}.json"
         if stored not in list_runs(state_dir):
-            save_report(report, state_dir, raw=path.read_bytes())
-            if trusted.level == UNRECORDED:
-                Registry(state_dir).record(report, stored)
-                seal(state_dir, report["run_id"], stored, "imported")  # the copy its verdicts were checked on
+            raw = path.read_bytes()
+            if "sha256:" + hashlib.sha256(raw).hexdigest() != trusted.digest:
+                raise UsageError(f"{path}: changed while it was being read; try again")
+            save_report(report, state_dir, raw=raw, seal_kind="imported")  # sealed: the bytes just checked
         path = stored
     target = name or report.get("spec_name")
     prev = Registry(state_dir).promote(target, report, path)

@@ -7,13 +7,14 @@ failed run whose ``passed`` was flipped. Three checks, each one line and exit 2 
 1. **Lineage.** ``<run>.lineage.json`` beside a saved report records the SHA-256 of its bytes
    (``content_hash``); a report that no longer hashes to it was edited. ``load_report`` checks it
    for every reader.
-2. **Seal.** When ``evalfarm run`` (or ``rescore``, ``wait``) records a run in the registry, it seals
-   that hash: ``registry.db``'s ``report_seals`` row holds it with an HMAC under the state dir's key
+2. **Seal.** Saving a report (``archive.save_report``: ``run``, ``wait``, ``rescore``, the Python API,
+   a ``baseline`` imported from elsewhere) seals that hash: a row of ``registry.db``'s
+   ``report_seals`` holds it with an HMAC under the state dir's key
    (``keys/reports.key``, 0600 in a 0700 directory, made on the first save; like the audit chain's
    key). A report of a sealed run, wherever it is now (the saved file, an ``--output`` copy), must
    hash to the sealed value; rewriting the lineage stub too does not help, and a seal that does not
-   verify is refused. A run recorded without a seal (saved before seals existed, or by the Python
-   API's ``save_report``) is checked against its lineage stub only, and the command says so.
+   verify is refused. A run saved before seals existed is checked against its lineage stub only,
+   and the command says so.
 3. **Verdicts.** ``gate`` decides every verdict again from the outputs (``core.recheck``); a report
    whose stored flags disagree with its outputs is refused unless it is sealed (then the checks
    changed since the run, and the gate decides on today's verdicts, saying so).
@@ -46,7 +47,7 @@ from typing import Any
 from ..core.recheck import Rechecked, RecheckError, recheck
 from ..core.report.schema import report_problem
 from ..errors import UsageError
-from ..perms import PRIVATE_DIR_MODE, make_dir
+from ..perms import PRIVATE_DIR_MODE, file_mode, make_dir
 from .state import StateDir
 
 SEALED, SAVED, UNRECORDED = "sealed", "saved", "unrecorded"
@@ -161,25 +162,24 @@ def _mac(key: bytes, run_id: str, digest: str, kind: str, sealed_at: str) -> str
                     "sha256").hexdigest()
 
 
-def seal(state_dir: Path | str | StateDir, run_id: str, path: Path, kind: str = "saved") -> str | None:
-    """Seal a just-saved report's hash in the registry (the first seal of a run stays: sealing again
-    after an edit changes nothing). Returns the sealed hash; None when the file no longer matches its
-    lineage stub (nothing is sealed then, and the report is refused wherever it is read)."""
+def seal(state_dir: Path | str | StateDir, run_id: str, digest: str, kind: str = "saved") -> None:
+    """Seal a report's hash as it is saved (``archive.save_report``): a row of ``report_seals`` in the
+    registry with an HMAC under the state dir's key. The first seal of a run stays: sealing again
+    (after an edit) changes nothing."""
     state = StateDir.of(state_dir)
-    digest = file_digest(path)
-    if _recorded_hash(stub_of(path)) not in (None, digest):
-        return None
     key = _key(state, create=True)
     sealed_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    new = not state.registry_db.exists()
     try:
         with closing(sqlite3.connect(state.registry_db, timeout=30)) as conn, conn:
+            if new:  # SQLite creates it 0666 narrowed by the umask (runs.registry does the same)
+                os.chmod(state.registry_db, file_mode())
             conn.execute(_TABLE)
             conn.execute("INSERT OR IGNORE INTO report_seals (run_id, content_hash, kind, sealed_at, mac) "
                          "VALUES (?, ?, ?, ?, ?)", (run_id, digest, kind, sealed_at,
                                                     _mac(key, run_id, digest, kind, sealed_at)))
     except sqlite3.Error as exc:
         raise UsageError(f"{state.registry_db}: cannot seal run {run_id}'s report ({exc})") from None
-    return digest
 
 
 def _registry_rows(state: StateDir, run_id: str) -> tuple[tuple | None, str | None]:
@@ -243,8 +243,8 @@ def load_trusted(path: Path, state_dir: Path | str | StateDir, use: str) -> Trus
                              f"the lineage stub of {state.root / artifact} records {_short(recorded)}")
     if beside or saved:
         return Trusted(report, path, digest, SAVED, [
-            f"run {run_id} has no seal in {state.registry_db} (saved before reports were sealed, or by the Python "
-            "API): checked against its lineage stub only"])
+            f"run {run_id} has no seal in {state.registry_db} (saved before reports were sealed): checked against "
+            "its lineage stub only"])
     trusted = Trusted(report, path, digest, UNRECORDED)
     if use == "rescore":
         trusted.notes.append(f"{path}: not recorded in {state.root} (no lineage stub, no seal): its outputs are "
