@@ -61,11 +61,11 @@ def stopped_line(summary: dict[str, Any]) -> str | None:
     b = summary.get("budget") or {}
     if summary.get("stopped") != "budget" or not b:
         return None
-    cost = summary.get("cost") or {}
-    return (f"evalfarm: stopped at the budget: ${b['spent_usd']:.6f} spent of ${b['limit_usd']:g} (model "
-            f"${cost.get('model_usd', 0):.6f}, judge ${cost.get('judge_usd', 0):.6f} on the items measured); "
-            f"{b['items_left']} of {summary.get('items_planned')} items were not measured (never sent, or their judge "
-            "call was not); the partial report says "
+    from ..runs.spend import spend_parts
+
+    return (f"evalfarm: stopped at the budget: ${b['spent_usd']:.6f} spent of ${b['limit_usd']:g} "
+            f"({spend_parts(summary)}); {b['items_left']} of {summary.get('items_planned')} items were not measured "
+            "(never sent, or their judge call was not); the partial report says "
             "stopped: budget (diff, gate and baselines refuse it)")
 
 
@@ -120,8 +120,6 @@ def rescore(run_ref: str, spec_path: Path | None, judge_model: str | None, judge
     path = resolve_ref(run_ref, state_dir)
     trusted = load_trusted(path, state_dir, "rescore")  # an edited report is exit 2 (runs.trust)
     report = require_complete(trusted.report, str(path))
-    for note in trusted.notes:
-        click.echo(f"evalfarm: note: {note}", err=True)
     if output is not None:
         check_writable(Path(output), "--output")
     if not no_save:
@@ -130,6 +128,8 @@ def rescore(run_ref: str, spec_path: Path | None, judge_model: str | None, judge
         raise UsageError("--timeout applies to a farm run (--broker); an in-process run stops with Ctrl-C")
     source_entry = Registry(state_dir).get(report["run_id"]) if (state_dir / "registry.db").is_file() else None
     rin = rescoring(report, path, spec_path=spec_path, judge_model=judge_model, judge_base_url=judge_base_url)
+    for note in trusted.notes:
+        click.echo(f"evalfarm: note: {note}", err=True)
     for note in rin.notes:
         click.echo(f"evalfarm: {note}", err=True)
     stored = lambda item: rin.stored(item.prompt.id, item.adapter, item.trial)  # noqa: E731

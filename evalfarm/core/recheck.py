@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..spec.models import PromptSpec, Thresholds
+from ..spec.models import JudgeSpec, PromptSpec, Thresholds
 from .aggregate import Aggregator, nothing_measured, threshold_failures
 from .checks import golden_verdict
 from .outcome import Outcome
@@ -94,9 +94,15 @@ def recheck(report: dict[str, Any], thresholds: Thresholds | None = None) -> Rec
     figures and thresholds from those; ``thresholds`` default to the ones stored in the report."""
     prompts = _prompts(report)
     own_thresholds = thresholds is None
-    judge = report.get("judge") if isinstance(report.get("judge"), dict) else None
-    pass_score = judge.get("pass_score", 0.5) if judge else None
-    weight = judge.get("weight", 0.5) if judge else None
+    judge = None
+    if report.get("judge") is not None:
+        try:
+            judge = JudgeSpec.model_validate(report["judge"])
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise RecheckError(f"judge.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
+    pass_score = judge.pass_score if judge else None
+    weight = judge.weight if judge else None
     if thresholds is None:
         try:
             thresholds = Thresholds.model_validate(report.get("thresholds") or {})

@@ -20,9 +20,10 @@ failed run whose ``passed`` was flipped. Three checks, each one line and exit 2 
    changed since the run, and the gate decides on today's verdicts, saying so).
 
 A report recorded nowhere (no stub beside it, no registry entry: a file from another machine or a
-CI job's artifact) is accepted where its stored verdicts are what its outputs earn (checked again
-as in 3, and said on stderr): by gate, diff, export and baseline (which imports and seals a copy).
-``rescore`` takes it as it is: it scores the outputs again and never reads the stored verdicts.
+CI job's artifact) is accepted by gate, diff and baseline (which imports and seals a copy) only when
+its stored verdicts are what its outputs earn (checked again as in 3), since a decision rests on
+them; ``rescore`` (it scores the outputs again and never reads the stored verdicts) and ``export``
+(a change of format: the verdicts travel as they are) take it as it is. Each says so on stderr.
 
 Limits, stated: whoever can read the key can make seals (as with the audit chain: keep the state
 dir private); a report forged whole, outputs included, is consistent with itself and is only
@@ -51,6 +52,9 @@ from ..perms import PRIVATE_DIR_MODE, file_mode, make_dir
 from .state import StateDir
 
 SEALED, SAVED, UNRECORDED = "sealed", "saved", "unrecorded"
+# the uses that take a report recorded nowhere as it is (no decision rests on its stored verdicts)
+AS_IT_IS = {"rescore": "its outputs are scored again, its stored verdicts are not read",
+            "export": "exported as it is; its stored verdicts were not checked against its outputs"}
 LINEAGE = ".lineage.json"
 _TABLE = ("CREATE TABLE IF NOT EXISTS report_seals (run_id TEXT PRIMARY KEY, content_hash TEXT NOT NULL, "
           "kind TEXT NOT NULL, sealed_at TEXT NOT NULL, mac TEXT NOT NULL)")
@@ -246,9 +250,8 @@ def load_trusted(path: Path, state_dir: Path | str | StateDir, use: str) -> Trus
             f"run {run_id} has no seal in {state.registry_db} (saved before reports were sealed): checked against "
             "its lineage stub only"])
     trusted = Trusted(report, path, digest, UNRECORDED)
-    if use == "rescore":
-        trusted.notes.append(f"{path}: not recorded in {state.root} (no lineage stub, no seal): its outputs are "
-                             "scored again, its stored verdicts are not read")
+    if use in AS_IT_IS:
+        trusted.notes.append(f"{path}: not recorded in {state.root} (no lineage stub, no seal): {AS_IT_IS[use]}")
         return trusted
     trusted.rechecked = verdicts(trusted)
     trusted.notes.insert(0, f"{path}: not recorded in {state.root} (no lineage stub, no seal): accepted because its "
