@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import json
 from pathlib import Path
 
 from dashboard_support import Serve

@@ -2,7 +2,6 @@
 verify`` run on view with the state dir's ledger and audit chain, and the audit chain's status."""
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
