@@ -9,7 +9,8 @@ it was saved, written in evalfarm's layout by ``core.report.framing``. A real ``
 subprocess is started (``--before DIR``: also the one of an earlier checkout with its own .venv, on
 the same state dir) and its VmRSS read from /proc after each step: start, the runs list, the big
 run's page, its case page, the download of its output, then the 10,000-case run's page, a page of
-its failed cases, one case and its diff with itself.
+its failed cases, one case and its diff with itself. "peak" is VmHWM, the most the process ever held:
+a report parsed whole shows there even when its memory is given back after the request.
 """
 from __future__ import annotations
 
@@ -56,11 +57,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM: the peak so far) in MB."""
+    out = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            out[line.split(":")[0]] = int(line.split()[1]) / 1024
+    return out.get("VmRSS", float("nan")), out.get("VmHWM", float("nan"))
 
 
 def get(url: str) -> tuple[int, int, float]:
@@ -76,7 +79,7 @@ def get(url: str) -> tuple[int, int, float]:
     return status, n, time.perf_counter() - t
 
 
-def measure(evalfarm: Path, state: Path, big: str, many: str, label: str) -> list[tuple[str, int, int, float, float]]:
+def measure(evalfarm: Path, state: Path, big: str, many: str, label: str) -> list[tuple[str, int, int, float, tuple]]:
     port = free_port()
     log = state.parent / f"serve-{label}.log"
     proc = subprocess.Popen([str(evalfarm), "serve", "--state-dir", str(state), "--port", str(port)],
@@ -128,9 +131,9 @@ def main() -> None:
         rows = measure(Path(checkout) / ".venv" / "bin" / "evalfarm", state, big, many, label)
         out[label] = rows
         print(f"\n{label}: {checkout}")
-        print(f"{'step':<22} {'HTTP':>4} {'bytes':>11} {'s':>7} {'RSS MB':>8}")
-        for name, status, n, secs, rss in rows:
-            print(f"{name:<22} {status:>4} {n:>11,} {secs:>7.2f} {rss:>8.1f}")
+        print(f"{'step':<22} {'HTTP':>4} {'bytes':>11} {'s':>7} {'RSS MB':>8} {'peak MB':>8}")
+        for name, status, n, secs, (rss, peak) in rows:
+            print(f"{name:<22} {status:>4} {n:>11,} {secs:>7.2f} {rss:>8.1f} {peak:>8.1f}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
 

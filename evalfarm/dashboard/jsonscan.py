@@ -107,6 +107,7 @@ class _Reader:
         fh.seek(start)
         self.fh, self.left = fh, end - start
         self.buf, self.i = b"", 0
+        self.base = start  # the file offset of buf[0]
 
     def fill(self) -> bool:
         """Read the next chunk, keeping what is not consumed yet; False at the end."""
@@ -117,8 +118,13 @@ class _Reader:
             self.left = 0
             return False
         self.left -= len(chunk)
+        self.base += self.i
         self.buf, self.i = self.buf[self.i:] + chunk, 0
         return True
+
+    def pos(self) -> int:
+        """The file offset of the next byte."""
+        return self.base + self.i
 
     def peek(self) -> int | None:
         while self.i >= len(self.buf):
@@ -263,29 +269,38 @@ class Skim:
 
     def read(self, keep: int) -> tuple[dict[str, Any], dict[str, int], dict[str, str]]:
         """(the object with its values cut, key -> length in bytes of each cut string, key -> why a
-        nested value was dropped)."""
+        nested value was dropped). ``spans`` then holds where each value is in the file (start, end),
+        so it can be read again without walking the object (``read_spans``)."""
         out: dict[str, Any] = {}
         cut: dict[str, int] = {}
         dropped: dict[str, str] = {}
         r = self.r
+        self.spans: dict[str, tuple[int, int]] = {}
         for key in self._keys():
             c = r.skip_ws()
-            if c == 0x22:
-                r.i += 1
-                raw, total = r.string(keep * 12 + 16)  # a character is at most 12 bytes (a surrogate pair escaped)
-                text = decode_piece(raw[:safe_cut(raw)] if total > len(raw) else raw)
-                if total > len(raw) or len(text) > keep:
-                    cut[key] = total
-                out[key] = text[:keep]
-            elif c in (0x5B, 0x7B):
-                body, why = r.container(CONTAINER_CAP, MAX_DEPTH)
-                if body is None:
-                    out[key], dropped[key] = None, why or "too big"
-                else:
-                    out[key] = loads(body)
-            else:
-                out[key] = r.scalar()
+            start = r.pos()
+            self._value(key, c, keep, out, cut, dropped)
+            self.spans[key] = (start, r.pos())
         return out, cut, dropped
+
+    def _value(self, key: str, c: int | None, keep: int, out: dict[str, Any], cut: dict[str, int],
+               dropped: dict[str, str]) -> None:
+        r = self.r
+        if c == 0x22:
+            r.i += 1
+            raw, total = r.string(keep * 12 + 16)  # a character is at most 12 bytes (a surrogate pair escaped)
+            text = decode_piece(raw[:safe_cut(raw)] if total > len(raw) else raw)
+            if total > len(raw) or len(text) > keep:
+                cut[key] = total
+            out[key] = text[:keep]
+        elif c in (0x5B, 0x7B):
+            body, why = r.container(CONTAINER_CAP, MAX_DEPTH)
+            if body is None:
+                out[key], dropped[key] = None, why or "too big"
+            else:
+                out[key] = loads(body)
+        else:
+            out[key] = r.scalar()
 
     def string_of(self, key: str) -> Iterator[str] | None:
         """The top-level string ``key``, decoded a piece at a time (None when the object has no such
@@ -306,6 +321,46 @@ class Skim:
             else:
                 r.scalar()
         return None
+
+
+def read_spans(fh: BinaryIO, spans: dict[str, tuple[int, int]], keep: int
+               ) -> tuple[dict[str, Any], dict[str, int], dict[str, str]]:
+    """What ``Skim.read`` returns, from the value spans it recorded: each value read on its own, a big
+    string only as far as ``keep`` characters go (a page of a 300 MB output reads 800 KB, not 300 MB)."""
+    out: dict[str, Any] = {}
+    cut: dict[str, int] = {}
+    dropped: dict[str, str] = {}
+    for key, (start, end) in spans.items():
+        fh.seek(start)
+        first = fh.read(1)
+        if first == b'"':
+            raw = fh.read(min(end - start - 2, keep * 12 + 16))
+            whole = len(raw) == end - start - 2
+            text = decode_piece(raw if whole else raw[:safe_cut(raw)])
+            if not whole or len(text) > keep:
+                cut[key] = end - start - 2
+            out[key] = text[:keep]
+        elif first in (b"[", b"{"):
+            if end - start > CONTAINER_CAP:
+                out[key], dropped[key] = None, f"bigger than {CONTAINER_CAP >> 10} KiB"
+                continue
+            try:
+                out[key] = loads(first + fh.read(end - start - 1))
+            except TooBig as exc:
+                out[key], dropped[key] = None, str(exc)
+        else:
+            try:
+                out[key] = json.loads(first + fh.read(min(end - start - 1, 400)))
+            except ValueError:
+                out[key] = None
+    return out, cut, dropped
+
+
+def stream_span(fh: BinaryIO, start: int, end: int) -> Iterator[str]:
+    """The JSON string at ``[start, end)`` (quotes included), decoded a piece at a time."""
+    r = _Reader(fh, start, end)
+    r.expect(b'"')
+    return r.stream_string()
 
 
 def iter_string(fh: BinaryIO, start: int, end: int, key: str) -> Iterator[str] | None:

@@ -99,6 +99,9 @@ class Index:
     latency: array = field(default_factory=lambda: array("d"))
     names: list[str] = field(default_factory=list)  # adapter and case names and failure modes, each once
     prompts: dict[str, tuple[int, int]] = field(default_factory=dict)  # prompt id -> (offset, length)
+    # outcomes skimmed at index time (a line over 1 MiB, or nested too deeply): where each value is, so
+    # a page reads a value, not the line
+    spans: dict[int, dict[str, tuple[int, int]]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     blob: bytes | None = None
     _ids: dict[str, int] = field(default_factory=dict)
@@ -233,10 +236,12 @@ def _index_layout(fh: BinaryIO, digest) -> Index | None:
             if text in (b"],", b"]"):
                 section = "between"
                 continue
-            o = _outcome_at(fh, off, length, raw)
+            o, spans = _outcome_at(fh, off, length, raw)
             if o is None:
                 bad += 1
                 continue
+            if spans is not None:
+                index.spans[len(index)] = spans
             index.add(off, length, o)
         elif section == "between":
             if text == PROMPTS_LINE:
@@ -256,28 +261,31 @@ def _index_layout(fh: BinaryIO, digest) -> Index | None:
     return index
 
 
-def _outcome_at(fh: BinaryIO, off: int, length: int, raw: bytes | None) -> dict[str, Any] | None:
-    """The fields the index keeps, from a line of the outcomes section (None: not an outcome)."""
+def _outcome_at(fh: BinaryIO, off: int, length: int, raw: bytes | None
+                ) -> tuple[dict[str, Any] | None, dict[str, tuple[int, int]] | None]:
+    """(the fields the index keeps, from a line of the outcomes section (None: not an outcome); where
+    each value is when the line had to be skimmed)."""
     if raw is not None:
         try:
             o = jsonscan.loads(_line_json(raw))
-            return o if isinstance(o, dict) else None
+            return (o if isinstance(o, dict) else None), None
         except jsonscan.TooBig as exc:
             if "deeper" not in str(exc):
-                return None
+                return None, None
             # nested too deeply somewhere: skimmed like a long line (the deep value is dropped)
     pos = fh.tell()
+    skim = jsonscan.Skim(fh, off, off + length)
     try:
-        o, _, _ = jsonscan.Skim(fh, off, off + length).read(keep=600)  # names are cut at 500 (safe.text)
+        o, _, _ = skim.read(keep=600)  # names are cut at 500 (safe.text)
     except jsonscan.TooBig:
-        o = None
+        return None, None
     finally:
         fh.seek(pos)
-    return o
+    return o, skim.spans
 
 
 def _prompt_id(fh: BinaryIO, off: int, length: int, raw: bytes | None) -> str | None:
-    o = _outcome_at(fh, off, length, raw)
+    o, _ = _outcome_at(fh, off, length, raw)
     pid = o.get("id") if isinstance(o, dict) else None
     return pid if isinstance(pid, str) else None
 
@@ -339,6 +347,13 @@ class Item:
 def read_item(path: Path, index: Index, i: int, keep: int = SHOWN_CHARS) -> Item:
     """Outcome ``i`` of the report: parsed whole when its line is short, skimmed otherwise; strings
     longer than ``keep`` characters cut."""
+    spans = index.spans.get(i)
+    if spans is not None:  # a line too long (or too deep) to parse: its values read one by one
+        with _open(path, index) as fh:
+            try:
+                return Item(*jsonscan.read_spans(fh, spans, keep))
+            except jsonscan.TooBig as exc:
+                raise ReportError(f"an outcome of this report cannot be shown ({exc})") from None
     off, length = index.offsets[i], index.lengths[i]
     return _read(path, index, off, length, keep)
 
@@ -394,8 +409,13 @@ def iter_output(path: Path, index: Index, i: int, key: str = "output") -> Iterat
     when it has none."""
     off, length = index.offsets[i], index.lengths[i]
     fh = io.BytesIO(index.blob) if index.blob is not None else open(path, "rb")
+    span = (index.spans.get(i) or {}).get(key)
     try:
-        stream = jsonscan.iter_string(fh, off, off + length, key)
+        if span is not None:  # known from the index: straight to it
+            fh.seek(span[0])
+            stream = jsonscan.stream_span(fh, *span) if fh.read(1) == b'"' else None
+        else:
+            stream = jsonscan.iter_string(fh, off, off + length, key)
     except jsonscan.TooBig:
         fh.close()
         return None
