@@ -341,8 +341,11 @@ def read_spans(fh: BinaryIO, spans: dict[str, tuple[int, int]], keep: int
                 cut[key] = end - start - 2
             out[key] = text[:keep]
         elif first in (b"[", b"{"):
-            if end - start > CONTAINER_CAP:
-                out[key], dropped[key] = None, f"bigger than {CONTAINER_CAP >> 10} KiB"
+            if end - start > CONTAINER_CAP:  # say which cap it broke first: depth shows in its first bytes
+                deep = too_deep(first + fh.read(CONTAINER_CAP - 1))
+                out[key] = None
+                dropped[key] = f"nested deeper than {MAX_DEPTH} levels" if deep else \
+                    f"bigger than {CONTAINER_CAP >> 10} KiB"
                 continue
             try:
                 out[key] = loads(first + fh.read(end - start - 1))

@@ -17,7 +17,8 @@ failed run whose ``passed`` was flipped. Three checks, each one line and exit 2 
    and the command says so.
 3. **Verdicts.** ``gate`` decides every verdict again from the outputs (``core.recheck``); a report
    whose stored flags disagree with its outputs is refused unless it is sealed (then the checks
-   changed since the run, and the gate decides on today's verdicts, saying so).
+   changed since the run, and the gate decides on today's verdicts, saying so). An unsealed report
+   (a stub alone can be rewritten) is held to its outputs by gate, baseline and diff alike.
 
 A report recorded nowhere (no stub beside it, no registry entry: a file from another machine or a
 CI job's artifact) is accepted by gate, diff and baseline (which imports and seals a copy) only when
@@ -245,10 +246,13 @@ def load_trusted(path: Path, state_dir: Path | str | StateDir, use: str) -> Trus
         if recorded != digest:
             raise UsageError(f"{path}: not the report saved as run {run_id}: its bytes hash to {_short(digest)}, "
                              f"the lineage stub of {state.root / artifact} records {_short(recorded)}")
-    if beside or saved:
-        return Trusted(report, path, digest, SAVED, [
+    if beside or saved:  # a stub vouches for the bytes; nothing vouches for the stub: the outputs decide
+        trusted = Trusted(report, path, digest, SAVED, [
             f"run {run_id} has no seal in {state.registry_db} (saved before reports were sealed): checked against "
-            "its lineage stub only"])
+            "its lineage stub" + ("" if use in AS_IT_IS else " and its verdicts against its outputs")])
+        if use not in AS_IT_IS:
+            trusted.rechecked = verdicts(trusted)
+        return trusted
     trusted = Trusted(report, path, digest, UNRECORDED)
     if use in AS_IT_IS:
         trusted.notes.append(f"{path}: not recorded in {state.root} (no lineage stub, no seal): {AS_IT_IS[use]}")
