@@ -43,7 +43,8 @@ def test_status_mid_run_counts_only_unfinished_items_as_queued_or_in_hands(tmp_p
     info = wait_for(mid, 60, "the run to be part done")
     total, done = info["total"], info["done"]
     assert total == 160
-    assert info["queued"] + info["in_hands"] <= total - done, info  # never more than what is left
+    assert info["in_broker"] <= total - done, info  # queued or in workers' hands: never more than what is left
+    assert info["queued"] + info["in_hands"] == info["in_broker"], info
     assert done + info["pending_judge"] + info["queued"] + info["in_hands"] + max(0, info["missing"]) == total, info
     assert info["in_hands"] > 0 and info["missing"] == 0, info
     text = run_cli("status", rid, broker=redis_server.url).stdout
