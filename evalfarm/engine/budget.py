@@ -28,11 +28,13 @@ CHARS_PER_TOKEN = 4  # a tokenizer-free estimate: English text averages ~4 chara
 # tool result). Per agent item: input = turns x (context + task) + growth x turns x (turns - 1) / 2,
 # output = turns x max_tokens. ``params: {max_turns: N, max_tokens: M}`` on the adapter states them;
 # otherwise these defaults. The contexts are the first request of the pinned CLIs as measured against
-# mock-provider (bench/agent_context.py: characters / 4); other agents get the default.
+# mock-provider (bench/agent_context.py, characters / 4: Claude Code 2.1.197 sends 117,489 characters,
+# Codex 0.171.0 39,675); other agents get the default. An upper bound: a provider's prompt cache
+# makes the repeated context cheaper than this prices it.
 DEFAULT_AGENT_TURNS = 10
 AGENT_TURN_GROWTH_TOKENS = 1000  # a turn's reply and tool result, added to every later request
-AGENT_CONTEXT_TOKENS = {"claude": 8000, "codex": 8000}
-DEFAULT_AGENT_CONTEXT_TOKENS = 8000
+AGENT_CONTEXT_TOKENS = {"claude": 29_400, "codex": 9_900}
+DEFAULT_AGENT_CONTEXT_TOKENS = 10_000
 DEFAULT_OUTPUT_TOKENS = 512  # a reply's tokens when the adapter sets no max_tokens
 DEFAULT_JUDGE_OUTPUT_TOKENS = 256  # a verdict's tokens when the judge sets no max_tokens
 FREE_ADAPTERS = ("mock",)  # built-ins that never bill
