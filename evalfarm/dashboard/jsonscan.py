@@ -15,7 +15,7 @@ from typing import Any, BinaryIO, Iterator
 
 MAX_DEPTH = 64  # arrays and objects nested deeper are not shown
 MAX_LINE = 1 << 20  # an outcome line up to this many bytes is parsed whole
-CHUNK = 1 << 20
+CHUNK = 256 << 10  # read a quarter of a megabyte at a time: the transient per request stays small
 CONTAINER_CAP = 256 << 10  # a nested value in a skimmed line bigger than this is not shown
 
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')

@@ -2,7 +2,7 @@
 
 evalfarm writes a report as its head (pretty-printed), then one outcome per line, then one prompt
 per line (``core.report.framing``). A page needs the head and the outcomes it shows, so a report is
-read once, a megabyte at a time, into an ``Index``: where each outcome line starts and the few
+read once, a chunk (256 KiB) at a time, into an ``Index``: where each outcome line starts and the few
 fields the pages filter and count by (adapter, case, trial, status, failure mode, latency), kept in
 arrays; the charts' figures are counted on the way, and the file's SHA-256 too (a report that no
 longer matches its lineage stub is flagged). A page then reads only its outcomes from the file.
@@ -105,6 +105,7 @@ class Index:
     problems: list[str] = field(default_factory=list)
     blob: bytes | None = None
     _ids: dict[str, int] = field(default_factory=dict)
+    _figures: dict[str, Any] | None = None
 
     def name_id(self, name: str) -> int:
         i = self._ids.get(name)
@@ -128,7 +129,12 @@ class Index:
         self.latency.append(math.nan if lat is None else lat)
 
     def figures(self) -> dict[str, Any]:
-        """The run page's chart figures: failure modes, statuses, the latency histogram."""
+        """The run page's chart figures: failure modes, statuses, the latency histogram (counted once)."""
+        if self._figures is None:
+            self._figures = self._count()
+        return self._figures
+
+    def _count(self) -> dict[str, Any]:
         modes: dict[str, int] = {}
         for m in self.mode:
             name = self.names[m]
@@ -168,7 +174,7 @@ def histogram(values: list[float], bins: int = HIST_BINS) -> dict[str, Any]:
 
 def _lines(fh: BinaryIO, digest) -> Iterator[tuple[int, int, bytes | None]]:
     """(offset, length, bytes or None when longer than jsonscan.MAX_LINE) of every line, the file read
-    a megabyte at a time (``digest`` sees every byte)."""
+    a chunk at a time (``digest`` sees every byte)."""
     pos = 0
     start = 0
     pending: bytearray | None = bytearray()
@@ -347,49 +353,58 @@ class Item:
 def read_item(path: Path, index: Index, i: int, keep: int = SHOWN_CHARS) -> Item:
     """Outcome ``i`` of the report: parsed whole when its line is short, skimmed otherwise; strings
     longer than ``keep`` characters cut."""
-    spans = index.spans.get(i)
-    if spans is not None:  # a line too long (or too deep) to parse: its values read one by one
-        with _open(path, index) as fh:
-            try:
-                return Item(*jsonscan.read_spans(fh, spans, keep))
-            except jsonscan.TooBig as exc:
-                raise ReportError(f"an outcome of this report cannot be shown ({exc})") from None
-    off, length = index.offsets[i], index.lengths[i]
-    return _read(path, index, off, length, keep)
+    return read_items(path, index, [i], keep)[0]
+
+
+def read_items(path: Path, index: Index, ids: list[int], keep: int = SHOWN_CHARS) -> list[Item]:
+    """Outcomes ``ids`` (a page of them), read through one open file in file order."""
+    out: dict[int, Item] = {}
+    with _open(path, index) as fh:
+        for i in sorted(set(ids)):
+            spans = index.spans.get(i)
+            if spans is not None:  # a line too long (or too deep) to parse: its values read one by one
+                try:
+                    out[i] = Item(*jsonscan.read_spans(fh, spans, keep))
+                except jsonscan.TooBig as exc:
+                    raise ReportError(f"an outcome of this report cannot be shown ({exc})") from None
+            else:
+                out[i] = _read(fh, index.offsets[i], index.lengths[i], keep)
+    return [out[i] for i in ids]
 
 
 def read_prompt(path: Path, index: Index, prompt_id: str, keep: int = SHOWN_CHARS) -> Item | None:
     where = index.prompts.get(prompt_id)
     if where is None:
         return None
-    return _read(path, index, where[0], where[1], keep)
-
-
-def _read(path: Path, index: Index, off: int, length: int, keep: int) -> Item:
     with _open(path, index) as fh:
-        if length <= jsonscan.MAX_LINE:
-            fh.seek(off)
-            raw = fh.read(length)
-            try:
-                o = jsonscan.loads(_line_json(raw))
-            except jsonscan.TooBig as exc:
-                if "deeper" not in str(exc):
-                    raise ReportError(f"an outcome of this report cannot be shown ({exc})") from None
-                o = None  # nested too deeply somewhere: skimmed below (the deep value is dropped)
-            if o is not None:
-                if not isinstance(o, dict):
-                    raise ReportError("an outcome of this report is not a JSON object")
-                cut = {}
-                for k, v in o.items():
-                    if isinstance(v, str) and len(v) > keep:
-                        cut[k] = len(v.encode("utf-8"))
-                        o[k] = v[:keep]
-                return Item(o, cut, {})
+        return _read(fh, where[0], where[1], keep)
+
+
+def _read(fh: BinaryIO, off: int, length: int, keep: int) -> Item:
+    """One line: parsed whole when short, skimmed otherwise."""
+    if length <= jsonscan.MAX_LINE:
+        fh.seek(off)
+        raw = fh.read(length)
         try:
-            o, cut, dropped = jsonscan.Skim(fh, off, off + length).read(keep=keep)
+            o = jsonscan.loads(_line_json(raw))
         except jsonscan.TooBig as exc:
-            raise ReportError(f"an outcome of this report cannot be shown ({exc})") from None
-        return Item(o, cut, dropped)
+            if "deeper" not in str(exc):
+                raise ReportError(f"an outcome of this report cannot be shown ({exc})") from None
+            o = None  # nested too deeply somewhere: skimmed below (the deep value is dropped)
+        if o is not None:
+            if not isinstance(o, dict):
+                raise ReportError("an outcome of this report is not a JSON object")
+            cut = {}
+            for k, v in o.items():
+                if isinstance(v, str) and len(v) > keep:
+                    cut[k] = len(v.encode("utf-8"))
+                    o[k] = v[:keep]
+            return Item(o, cut, {})
+    try:
+        o, cut, dropped = jsonscan.Skim(fh, off, off + length).read(keep=keep)
+    except jsonscan.TooBig as exc:
+        raise ReportError(f"an outcome of this report cannot be shown ({exc})") from None
+    return Item(o, cut, dropped)
 
 
 class _open:

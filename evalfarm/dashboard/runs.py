@@ -192,8 +192,9 @@ class Runs:
         total = len(picked)
         pages = max(1, -(-total // per_page))
         page = max(1, min(page, pages))
-        rows = [views.case_row(i, reports.read_item(path, index, i, reports.PREVIEW_CHARS).values,
-                               reports.PREVIEW_CHARS) for i in picked[(page - 1) * per_page: page * per_page]]
+        shown = picked[(page - 1) * per_page: page * per_page]
+        rows = [views.case_row(i, item.values, reports.PREVIEW_CHARS)
+                for i, item in zip(shown, reports.read_items(path, index, shown, reports.PREVIEW_CHARS))]
         return {"run_id": rid, "filter": filter or "all", "adapter": adapter, "total": total, "page": page,
                 "pages": pages, "per_page": per_page, "cases": rows}
 
@@ -232,16 +233,20 @@ class Runs:
         adapters = diff_reports(a, b)
         cases = compare_cases(a, b, alpha=alpha)
         by_a, by_b = _by_case(ia), _by_case(ib)
+        listed = {cls: [(r, r.get("adapter_b", r["adapter"])) for r in (cases.get(cls) or [])[:limit]]
+                  for cls in CLASSES}
+        # the outputs of every listed case, read through one open file per run
+        sides_a = _sides(pa, ia, [i for rows in listed.values() for r, _ in rows
+                                  for i in by_a.get((r["adapter"], r["case"]), [])])
+        sides_b = _sides(pb, ib, [i for rows in listed.values() for r, ab in rows
+                                  for i in by_b.get((ab, r["case"]), [])])
         classes = []
         for cls in CLASSES:
-            rows = cases.get(cls) or []
-            shown = []
-            for r in rows[:limit]:
-                adapter_b = r.get("adapter_b", r["adapter"])
-                shown.append({"adapter": r["adapter"], "adapter_b": adapter_b, "case": r["case"],
-                              "a": [_side(pa, ia, i) for i in by_a.get((r["adapter"], r["case"]), [])],
-                              "b": [_side(pb, ib, i) for i in by_b.get((adapter_b, r["case"]), [])]})
-            classes.append({"class": cls, "count": len(rows), "cases": shown, "truncated": len(rows) > limit})
+            shown = [{"adapter": r["adapter"], "adapter_b": ab, "case": r["case"],
+                      "a": [sides_a[i] for i in by_a.get((r["adapter"], r["case"]), [])],
+                      "b": [sides_b[i] for i in by_b.get((ab, r["case"]), [])]} for r, ab in listed[cls]]
+            count = len(cases.get(cls) or [])
+            classes.append({"class": cls, "count": count, "cases": shown, "truncated": count > limit})
         sa, sb = views.summary(ia.head, a_id), views.summary(ib.head, b_id)
         return {"a": {"ref": a_ref, "run_id": a_id, "spec_name": sa["spec_name"]},
                 "b": {"ref": b_ref, "run_id": b_id, "spec_name": sb["spec_name"]},
@@ -273,6 +278,6 @@ def _by_case(index: Index) -> dict[tuple[str, str], list[int]]:
     return out
 
 
-def _side(path: Path, index: Index, i: int) -> dict[str, Any]:
-    item = reports.read_item(path, index, i, DIFF_OUTPUT_CHARS)
-    return views.side(i, item.values, DIFF_OUTPUT_CHARS, "output" in item.cut)
+def _sides(path: Path, index: Index, ids: list[int]) -> dict[int, dict[str, Any]]:
+    items = reports.read_items(path, index, ids, DIFF_OUTPUT_CHARS)
+    return {i: views.side(i, item.values, DIFF_OUTPUT_CHARS, "output" in item.cut) for i, item in zip(ids, items)}
