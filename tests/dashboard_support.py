@@ -137,7 +137,7 @@ CASES = [
 
 def make_state(root: Path, provider_url: str) -> dict:
     """A state dir made only by real commands: a case-file run promoted to baseline 'cases' (v1),
-    the same cases under prompt v2 (which regresses them), a spec whose name and outputs carry an
+    the same cases under prompt v2 (which regresses them: gated, its gate fails), a spec whose name and outputs carry an
     XSS payload, and a synthetic A/B comparison with its ledger and audit chain."""
     import yaml
 
@@ -152,8 +152,8 @@ def make_state(root: Path, provider_url: str) -> dict:
     common = ("--dataset", "cases.yaml", "--model", "m1", "--base-url", provider_url, "--state-dir", str(state))
     first = run_cli("run", *common, "--promote", cwd=root)
     assert first.returncode == 0, first.stdout + first.stderr  # case files: no threshold set
-    second = run_cli("run", *common, "--prompt-version", "v2", cwd=root)
-    assert second.returncode in (0, 1), second.stdout + second.stderr
+    second = run_cli("run", *common, "--prompt-version", "v2", "--gate", cwd=root)  # regresses: the gate fails
+    assert second.returncode == 1, second.stdout + second.stderr
     (root / "xss.yaml").write_text(yaml.safe_dump({
         "name": f"spec {XSS}", "lineage_tag": "xss-tag", "adapters": ["mock"],
         "prompts": [{"id": "p1", "text": f"echo {XSS}"}, {"id": "p2", "text": "plain"}],

@@ -66,7 +66,7 @@ def test_a_run_over_its_budget_does_not_start_and_a_forced_one_stops_at_it(tmp_p
     assert report["items_done"] == requests == len(report["outcomes"])
     assert crossing <= requests <= crossing + 3, (requests, crossing)
     assert report["budget"] == {"limit_usd": budget, "spent_usd": round(requests * ITEM_USD, 8),
-                                "items_left": 60 - requests}
+                                "items_left": 60 - requests, "unjudged_usd": 0.0, "unjudged_items": 0}  # no judge
     assert report["thresholds_passed"] is False
     assert f"{60 - requests} of 60 items were not measured" in res.stderr and "stopped at the budget" in res.stderr
     print(f"\nin-process: estimate ${estimate:.2f}, budget ${budget:.2f}, requests at the server {requests} "

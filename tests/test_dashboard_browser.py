@@ -48,6 +48,32 @@ def test_runs_page_lists_the_runs_and_a_click_opens_one(page, built, server):
     assert page.errors == []
 
 
+def test_runs_page_items_column_and_a_failed_gate_beside_the_thresholds_verdict(page, built, server):
+    """Issue 17 item 8: the items column shows each run's items (not ``<built-in method items of dict>``),
+    and a run whose gate failed says so beside its thresholds' verdict, in the list and on its page."""
+    page.goto(server.url + "/runs")
+    for key in ("v1", "v2", "xss"):
+        report = built[key]
+        row = page.locator(f'tr.run-row[data-run="{report["run_id"]}"]')
+        items = row.locator("td").nth(9)  # the items column
+        assert items.inner_text() == str(len(report["outcomes"])) == str(sum(f["items"] for f in
+                                                                            report["per_adapter"].values()))
+        assert items.get_attribute("class") == "items"
+    assert "built-in method" not in page.locator("table.runs").inner_text()
+    v2 = built["v2"]["run_id"]
+    assert "gate FAILED" in page.locator(f'tr.run-row[data-run="{v2}"]').inner_text()
+    page.goto(f"{server.url}/runs/{v2}")
+    assert page.locator("#run-verdict").inner_text() == "thresholds PASS"  # no threshold set: nothing failed
+    assert page.locator("#gate-verdict").inner_text() == "gate FAILED"
+    regressions = page.locator('#gate li[data-brake="regressions"]').inner_text()
+    assert regressions.startswith("regressions FAIL") and "2 case(s) passed in the baseline and fail now" in regressions
+    assert "against baseline cases" in page.locator("#gate h2").inner_text()
+    shot(page, "run-gate-failed")
+    page.goto(f"{server.url}/runs/{built['v1']['run_id']}")  # promoted with --promote: its gate passed
+    assert page.locator("#gate-verdict").inner_text() == "gate PASSED"
+    assert page.errors == []
+
+
 def test_filters_narrow_the_runs_list(page, built, server):
     page.goto(server.url + "/runs")
     page.select_option("select[name=spec]", built["xss"]["spec_name"])
@@ -107,6 +133,9 @@ def test_case_list_filters_without_reload_and_a_case_shows_checks_and_criteria(p
     assert "scripted by mock-provider" in by_id["concise"]  # the judge's reason
     sent = next(p for p in report["prompts"] if p["id"] == "judged")  # the prompts section: what was asked
     assert page.locator("#case-input").inner_text() == sent["text"]
+    href = page.locator("#output-download").get_attribute("href")  # the whole output, as a download
+    status, headers, body = server.get(href)
+    assert status == 200 and "attachment" in headers["Content-Disposition"] and body.decode() == outcome["output"]
     shot(page, "case")
     assert page.errors == []
 

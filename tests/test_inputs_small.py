@@ -134,6 +134,7 @@ def test_nothing_is_world_writable_under_umask_000(tmp_path):
     assert modes["audit"] == 0o700 and all(modes[f"audit/{f}"] == 0o600 for f in ("chain.jsonl", "chain.key", "chain.head"))
     assert modes["reports/eval_ab"] == 0o755 and modes["reports/eval_ab/pair_index.jsonl"] == 0o644
     assert modes["ab/ledger.jsonl"] == 0o644
+    assert modes["keys"] == 0o700 and modes["keys/reports.key"] == 0o600  # the reports' seal key (runs.trust)
 
 
 def test_rubric_spec_naming_a_missing_file_is_an_error_not_a_rubric_about_its_name(tmp_path, provider):

@@ -175,7 +175,9 @@ def test_rescore_refuses_what_it_cannot_score(tmp_path, provider):
     before = len(server.stats_requests())
     for name, (data, message) in cases.items():
         (tmp_path / name).write_text(json.dumps(data))
-        res = run_cli("rescore", str(tmp_path / name), "--state-dir", str(state))
+        # edited copies of a sealed run are refused by its seal in its own state dir (tests/test_trust.py):
+        # here they are files from elsewhere, which rescore reads as they are
+        res = run_cli("rescore", str(tmp_path / name), "--state-dir", str(tmp_path / "elsewhere"))
         assert res.returncode == 2 and message in res.stderr, (name, res.stderr)
         assert len(res.stderr.strip().splitlines()) == 1, res.stderr
     unknown = run_cli("rescore", "nope", "--state-dir", str(state))

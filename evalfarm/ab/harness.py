@@ -221,12 +221,14 @@ def run_prepared(p: PreparedSuite, how: Execution = Execution(),
         staged.discard()
         raise
     path = staged.publish()
-    honest = pairs[0]
-    pair_index.record(reports_dir, {"a_profile": prof[honest["a"]], "b_profile": prof[honest["b"]],
-                                    "a": honest["a"], "b": honest["b"], "suite": suite.name,
-                                    "suite_sha256": header["suite"]["sha256"], "artifact_sha256": sha,
-                                    "artifact": path.name, "result": verdict["result"], "winner": verdict["winner"],
-                                    "audit_seq": entry["seq"], "recorded_at": entry["ts"]})
+    for pair in pairs:  # every comparison the artifact reports, honest or not, labelled as it is there
+        pair_index.record(reports_dir, {"a_profile": prof[pair["a"]], "b_profile": prof[pair["b"]],
+                                        "a": pair["a"], "b": pair["b"], "label": pair["label"],
+                                        "honest": pair["honest"], "suite": suite.name,
+                                        "suite_sha256": header["suite"]["sha256"], "artifact_sha256": sha,
+                                        "artifact": path.name, "result": verdict["result"],
+                                        "winner": verdict["winner"], "audit_seq": entry["seq"],
+                                        "recorded_at": entry["ts"]})
     return SuiteResult(art, data, sha, path, entry, ledger)
 
 

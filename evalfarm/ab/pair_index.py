@@ -1,7 +1,7 @@
 """The pair index: which artifact is the latest comparison of a profile pair.
 
-``<reports-dir>/pair_index.jsonl`` gets one line per emission (appended under ``flock``
-after the audit event and the artifact exist). ``latest(reports_dir, a, b)`` returns the
+``<reports-dir>/pair_index.jsonl`` gets one line per comparison an emission reports (appended
+under ``flock`` after the audit event and the artifact exist). ``latest(reports_dir, a, b)`` returns the
 newest entry for the pair in either order (``entry["a"]``/``entry["b"]`` give the order the
 deltas use), so a per-profile cost report can cite the A/B evidence for each pair.
 """
@@ -46,9 +46,14 @@ def entries(reports_dir: Path) -> list[dict[str, Any]]:
 
 
 def latest(reports_dir: Path, a: str, b: str, suite: str | None = None) -> dict[str, Any] | None:
-    """The newest entry comparing profiles ``a`` and ``b`` (either order), optionally for one suite."""
+    """The newest entry comparing profiles ``a`` and ``b`` (either order), optionally for one suite.
+    A 3-arm run indexes each of its comparisons (the honest control-vs-candidate one and the
+    conflated baseline-vs-candidate one, ``label`` and ``honest`` say which); of one artifact's
+    entries for the pair, the honest one comes first."""
     found = None
     for e in entries(reports_dir):
         if {e.get("a_profile"), e.get("b_profile")} == {a, b} and (suite is None or e.get("suite") == suite):
-            found = e
+            if found is None or found.get("artifact_sha256") != e.get("artifact_sha256") or \
+                    (e.get("honest") is not False and found.get("honest") is False):
+                found = e
     return found

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core.verdict import case_verdict, item_passed
-from ..runs.archive import load_report, require_complete
+from ..runs.archive import require_complete
 from ..runs.registry import DB_NAME, Registry, resolve_ref
+from ..runs.trust import load_trusted
 
 CLASSES = ("regressed", "fixed", "still_broken", "stable")
 EXACT_BELOW = 25  # discordant pairs: exact binomial below, chi-square (continuity corrected) from here
@@ -206,8 +207,10 @@ def diff_output(a_ref: str, b_ref: str, tolerance: float, alpha: float, state_di
     """The diff JSON: per-adapter deltas (diff_reports), the case comparison, the prompts."""
 
     pa, pb = resolve_ref(a_ref, state_dir), resolve_ref(b_ref, state_dir)
-    a, b = require_complete(load_report(pa), str(pa)), require_complete(load_report(pb), str(pb))
+    ta, tb = load_trusted(pa, state_dir, "diff"), load_trusted(pb, state_dir, "diff")  # edited: exit 2
+    a, b = require_complete(ta.report, str(pa)), require_complete(tb.report, str(pb))
     result = diff_reports(a, b, tolerance)
+    result["notes"] = ta.notes + [n for n in tb.notes if n not in ta.notes]
     result["cases"] = compare_cases(a, b, alpha)
     prompts = {"a": None, "b": None, "changed_under_same_version": False}
     if (Path(state_dir) / DB_NAME).is_file():

@@ -12,8 +12,9 @@ from typing import Any
 from ..core.verdict import exit_code, stopped
 from ..errors import UsageError
 from ..spec.models import Thresholds
-from ..runs.archive import load_report, require_complete
-from ..runs.registry import Registry, baseline_report, resolve_ref
+from ..runs.archive import require_complete
+from ..runs.registry import BASELINE_PREFIX, Registry, resolve_ref
+from ..runs.trust import load_trusted, verdicts
 
 
 @dataclass
@@ -22,25 +23,36 @@ class Finished:
     lines: list[str] = field(default_factory=list)  # what the gate, baseline and promotion say
 
 
+def trusted_report(path: Path, state_dir: Path, use: str, where: str | None = None
+                   ) -> tuple[dict[str, Any], list[str]]:
+    """The complete report at ``path`` checked before ``use`` relies on it (``runs.trust``), with its
+    verdicts decided again from its outputs (what a gate compares), and the notes to show."""
+    t = load_trusted(path, state_dir, use)
+    require_complete(t.report, where or str(path))
+    r = t.rechecked or verdicts(t)
+    return r.report, list(t.notes)
+
+
 def baseline_for(name: str | None, default: str | None, state_dir: Path):
-    """(name, report) of the baseline to compare with: ``name`` (a baseline name or any run
-    reference) must exist; ``default`` (the spec name) is used when it does."""
+    """(name, report, notes) of the baseline to compare with: ``name`` (a baseline name or any run
+    reference) must exist; ``default`` (the spec name) is used when it does. The report is checked
+    like any gate input and its verdicts are decided again (a baseline edited to look worse would
+    make a regression look like none)."""
 
     if name:
-        found = baseline_report(name, state_dir)
-        if found is not None:
-            return name, require_complete(found[1], f"baseline {name!r}")
+        if Registry(state_dir).baseline(name) is not None:
+            return (name, *trusted_report(resolve_ref(BASELINE_PREFIX + name, state_dir), state_dir, "gate",
+                                          f"baseline {name!r}"))
         try:
             path = resolve_ref(name, state_dir)
-            return name, require_complete(load_report(path), str(path))
         except UsageError:
             raise UsageError(f"--baseline {name}: no baseline of that name and no such run in {state_dir}; "
                              "see 'evalfarm ls --baselines'") from None
-    if default:
-        found = baseline_report(default, state_dir)
-        if found is not None:
-            return default, require_complete(found[1], f"baseline {default!r}")
-    return None, None
+        return (name, *trusted_report(path, state_dir, "gate"))
+    if default and Registry(state_dir).baseline(default) is not None:
+        return (default, *trusted_report(resolve_ref(BASELINE_PREFIX + default, state_dir), state_dir, "gate",
+                                         f"baseline {default!r}"))
+    return None, None, []
 
 
 def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, thresholds: Thresholds | None,
@@ -73,7 +85,8 @@ def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, 
     base_name = None
     if gate_on or promote or name:
         try:
-            base_name, baseline = baseline_for(name, report.get("spec_name"), state_dir)
+            base_name, baseline, notes = baseline_for(name, report.get("spec_name"), state_dir)
+            say([f"evalfarm: note: {n}" for n in notes])
         except UsageError:
             if not promote:  # --promote --baseline NEW creates it
                 raise

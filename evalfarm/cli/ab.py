@@ -308,6 +308,10 @@ def ab_latest(profile_a: str, profile_b: str, reports_dir: Path | None, suite_na
     if entry is None:
         click.echo(f"no comparison of {profile_a} and {profile_b} in {reports_dir}", err=True)
         sys.exit(1)
+    if entry.get("honest") is False:
+        click.echo(f"evalfarm: note: the artifact labels this comparison {entry.get('label') or 'conflated'}: "
+                   f"{entry.get('a')} vs {entry.get('b')} differ in more than the profile; its honest comparison is "
+                   "the control arm's against the candidate", err=True)
     click.echo(json.dumps({**entry, "path": str(reports_dir / entry["artifact"])}, indent=2, sort_keys=True))
 
 

@@ -54,6 +54,8 @@ def diff(run_a: str, run_b: str, tolerance: float, alpha: float, state_dir: Path
     from .console import diff_table, out_console, print_table
 
     result = diff_output(run_a, run_b, tolerance, alpha, state_dir)
+    for note in result["notes"]:
+        click.echo(f"evalfarm: note: {note}", err=True)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
@@ -81,7 +83,8 @@ def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_
 
     Exit 0 passed, 1 a brake failed, 3 nothing was measured in RUN.
     """
-    from ..runs.archive import load_report, require_complete
+    from ..runs.archive import require_complete
+    from ..runs.trust import load_trusted, verdicts
     from ..ci.diff import describe_cases
     from ..ci.flaky import known_flaky
     from ..ci.gate import evaluate
@@ -93,15 +96,20 @@ def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_
     from ..spec.models import Thresholds
 
     path = resolve_ref(run_ref, state_dir)
-    report = require_complete(load_report(path), str(path))
+    trusted = load_trusted(path, state_dir, "gate")  # an edited report is exit 2 (runs.trust)
+    require_complete(trusted.report, str(path))
     if spec_path is not None:
         thresholds = load_spec(spec_path).thresholds
     else:
         try:
-            thresholds = Thresholds.model_validate(report.get("thresholds") or {})
+            thresholds = Thresholds.model_validate(trusted.report.get("thresholds") or {})
         except Exception as exc:
             raise UsageError(f"{path}: thresholds stored in the run are not valid ({exc}); pass --spec FILE") from None
-    name, baseline = baseline_for(baseline_name, report.get("spec_name"), state_dir)
+    # the verdicts, figures and thresholds decided again from the outputs: never the stored flags
+    report = verdicts(trusted, thresholds if spec_path is not None else None).report
+    name, baseline, notes = baseline_for(baseline_name, report.get("spec_name"), state_dir)
+    for note in [*trusted.notes, *notes]:
+        click.echo(f"evalfarm: note: {note}", err=True)
     flaky = known_flaky(state_dir, report.get("run_id", "")) if baseline is not None else None
     result = evaluate(report, thresholds, baseline, name, flaky, strict)
     entry = Registry(state_dir).get(report.get("run_id", "")) if StateDir.of(state_dir).has_registry() else None
@@ -128,14 +136,20 @@ def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_
 @state_dir_option
 def baseline(run_ref: str, name: str | None, state_dir: Path) -> None:
     """Promote a stored RUN (path, id, id prefix, baseline:NAME) to a named baseline."""
-    from ..runs.archive import list_runs, load_report, require_complete, runs_dir, save_report
+    import hashlib
+
+    from ..runs.archive import list_runs, require_complete, runs_dir, save_report
     from ..runs.registry import Registry, check_baseline_name, is_stored, resolve_ref
+    from ..runs.trust import load_trusted
     from ..names import baseline_name_problem
 
     if name is not None:
         check_baseline_name(name, "--name")
     path = resolve_ref(run_ref, state_dir)
-    report = require_complete(load_report(path), str(path))
+    trusted = load_trusted(path, state_dir, "baseline")  # edited: exit 2; from elsewhere: its verdicts checked
+    report = require_complete(trusted.report, str(path))
+    for note in trusted.notes:
+        click.echo(f"evalfarm: note: {note}", err=True)
     if name is None and baseline_name_problem(report["spec_name"]):
         raise UsageError(f"{path}: the run's spec name {report['spec_name']!r} cannot name a baseline "
                          f"({baseline_name_problem(report['spec_name'])}); pass --name NAME")
@@ -147,7 +161,10 @@ def baseline(run_ref: str, name: str | None, state_dir: Path) -> None:
     if not is_stored(path, state_dir):  # a report from elsewhere: keep a copy the baseline can rely on
         stored = runs_dir(state_dir) / f"{report['run_id']}.json"
         if stored not in list_runs(state_dir):
-            save_report(report, state_dir, raw=path.read_bytes())
+            raw = path.read_bytes()
+            if "sha256:" + hashlib.sha256(raw).hexdigest() != trusted.digest:
+                raise UsageError(f"{path}: changed while it was being read; try again")
+            save_report(report, state_dir, raw=raw, seal_kind="imported")  # sealed: the bytes just checked
         path = stored
     target = name or report.get("spec_name")
     prev = Registry(state_dir).promote(target, report, path)

@@ -162,10 +162,11 @@ def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
         return
     meta = backend.meta(run_id)
     p = backend.progress(run_id)
-    queued = backend.in_broker(run_id)
+    queued, in_hands = backend.open_items(run_id)  # not done, not awaiting the judge
     info = {"run_id": run_id, "spec": meta["spec"]["name"], "state": meta.get("state"), "total": p.total,
-            "done": p.done, "errors": p.errors, "pending_judge": p.pending_judge,
-            "in_broker": len(queued), "missing": p.total - p.done - p.pending_judge - len(queued),
+            "done": p.done, "errors": p.errors, "pending_judge": p.pending_judge, "queued": queued,
+            "in_hands": in_hands, "in_broker": queued + in_hands,
+            "missing": p.total - p.done - p.pending_judge - queued - in_hands,
             "executed": p.executed, "duplicate_executions": max(0, p.executed - p.done),
             "cost_usd": round(p.cost_usd, 6), "per_adapter": {a: {"done": d, "errors": e}
                                                                 for a, (d, e) in p.per_adapter.items()},
@@ -177,8 +178,8 @@ def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
         return
     pct = 100.0 * p.done / p.total if p.total else 100.0
     click.echo(f"run {run_id} ({info['spec']}): {info['state']}, {p.done}/{p.total} done ({pct:.1f}%), "
-               f"{p.errors} errored, {p.pending_judge} awaiting the judge, {len(queued)} queued or in flight, "
-               f"{max(0, info['missing'])} missing")
+               f"{p.errors} errored, {p.pending_judge} awaiting the judge, {queued} queued, {in_hands} in workers' "
+               f"hands, {max(0, info['missing'])} missing")
     if meta.get("failure"):
         click.echo(f"  failed: {meta['failure']}")
     for a, d in info["per_adapter"].items():

@@ -16,7 +16,7 @@ from typing import Any
 import click
 import yaml
 
-from ..runs.archive import atomic_write, load_report, write_stream
+from ..runs.archive import atomic_write, write_stream
 from ..runs.registry import resolve_ref
 from .options import state_dir_option
 from ..errors import EvalfarmError, SpecError, UsageError
@@ -102,8 +102,13 @@ def export_cmd() -> None:
 
 def _report(run: str, state_dir: Path) -> tuple[dict[str, Any], str]:
     """The stored run, every field checked by the one report validation (core.report) on load."""
+    from ..runs.trust import load_trusted
+
     path = resolve_ref(run, state_dir)
-    return load_report(path), str(path)
+    trusted = load_trusted(path, state_dir, "export")  # an edited report is exit 2 (runs.trust)
+    for note in trusted.notes:
+        click.echo(f"evalfarm: note: {note}", err=True)
+    return trusted.report, str(path)
 
 
 def _emit(chunks, output: Path | None) -> None:

@@ -80,6 +80,8 @@ def rescore(run_ref: str, spec_path: Path | None, judge_model: str | None, judge
         raise UsageError("--timeout applies to a farm run (--broker); an in-process run stops with Ctrl-C")
     job = rescoring.prepare(run_ref, state, spec_path=spec_path, judge_model=judge_model,
                             judge_base_url=judge_base_url)
+    for note in job.notes:
+        click.echo(f"evalfarm: note: {note}", err=True)
     for note in job.input.notes:
         click.echo(f"evalfarm: {note}", err=True)
     with LiveProgress(enabled=False if as_json else None) as bar:

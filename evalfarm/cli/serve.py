@@ -7,7 +7,10 @@ from pathlib import Path
 
 import click
 
-from ..dashboard.data import UsageError, check_broker, check_state_dir, redact
+from ..dashboard.farm import check_broker
+from ..dashboard.state import check_state_dir
+from ..errors import UsageError
+from ..redact import redact
 
 MIN_TOKEN = 16
 

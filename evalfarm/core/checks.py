@@ -141,3 +141,28 @@ def run_checks(prompt: PromptSpec, output: str) -> list[dict[str, Any]]:
         ok, why = run_check(check, output)
         out.append({"kind": check.kind, "passed": ok, "reason": why, "format": check.kind in FORMAT_CHECKS})
     return out
+
+
+COMMAND_NOT_RUN = {"kind": "command", "passed": False, "format": False,
+                   "reason": "this adapter does not run check commands (agents do: provider: agent)"}
+
+
+def golden_verdict(prompt: PromptSpec, output: str, finish_reason: str | None,
+                   adapter_checks: list[dict[str, Any]] | None) -> tuple[bool, str, list[dict[str, Any]]]:
+    """An answer's deterministic verdict, decided the same way when it is first scored (engine) and
+    when a stored report is checked again (core.recheck): the expected substrings and regex, every
+    text check, the checks the adapter ran itself (``adapter_checks``: an agent's ``check`` command;
+    None when the adapter runs none, which fails a prompt that has one: never a silent pass), and no
+    answer cut at max_tokens unless the prompt allows it. Returns (golden_passed, reason, checks)."""
+    golden, reason = golden_check(prompt, output)
+    checks = run_checks(prompt, output) + list(adapter_checks or ())
+    if prompt.check and adapter_checks is None:
+        checks.append(dict(COMMAND_NOT_RUN))
+    failed = next((c for c in checks if not c["passed"]), None)
+    if golden and failed is not None:
+        golden, reason = False, f"check {failed['kind']}: {failed['reason']}"
+    if golden and finish_reason == "length" and not prompt.allow_truncation:
+        # the model did not finish: whatever it said so far is not an answer to pass
+        golden, reason = False, "truncated: the reply stopped at max_tokens (finish_reason length); " \
+                                "allow_truncation: true accepts it"
+    return golden, reason, checks

@@ -24,8 +24,11 @@ from aiohttp import web
 from jinja2 import DictLoader, Environment, select_autoescape
 
 from . import assets, svg
-from .data import PASS_RATE_FIELDS, THRESHOLD_OF, ReportError, State, redact
+from .reports import ReportError
 from .safe import BadRef
+from .state import State
+from .views import PASS_RATE_FIELDS, THRESHOLD_OF
+from ..redact import redact
 
 log = logging.getLogger("evalfarm.serve")
 STATE = web.AppKey("state", State)
@@ -45,6 +48,16 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def same_origin(raw_path: str) -> str:
+    """A Location for this server only: one leading slash (``//host/x`` and ``/\\host/x`` are other
+    sites to a browser), and every character outside a path's own set percent-encoded (browsers drop
+    tabs and newlines from URLs, so ``/\t/host`` would turn into ``//host`` too)."""
+    from urllib.parse import quote
+
+    path = quote(raw_path, safe="/%:@!$&'()*+,;=-._~")
+    return "/" + path.lstrip("/\\")
 
 
 # --- formatting filters --------------------------------------------------------------------------------
@@ -146,7 +159,8 @@ async def guard(request: web.Request, handler):
                                         headers={"WWW-Authenticate": 'Bearer realm="evalfarm"'}), started)
         if "token" in request.query and request.method == "GET":
             rest = {k: v for k, v in request.query.items() if k != "token"}
-            resp = web.Response(status=303, headers={"Location": request.path + ("?" + urlencode(rest) if rest else "")})
+            resp = web.Response(status=303, headers={"Location": same_origin(request.rel_url.raw_path)
+                                                     + ("?" + urlencode(rest) if rest else "")})
             resp.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/")
             return _finish(resp, started)
     try:
@@ -204,7 +218,7 @@ def _run_args(request: web.Request) -> dict[str, Any]:
 
 async def runs_page(request: web.Request) -> web.Response:
     args = _run_args(request)
-    data = await _call(request.app[STATE].list_runs, **{k: v or None for k, v in args.items()},
+    data = await _call(request.app[STATE].runs.list, **{k: v or None for k, v in args.items()},
                        page=_int(request.query.get("page"), 1), per_page=_int(request.query.get("per_page"), 100))
     return _render(request, "runs.html", data=data, args=args, page="runs", nav="Runs")
 
@@ -216,8 +230,8 @@ async def run_page(request: web.Request) -> web.Response:
     case_args = {"filter": q.get("filter", "all"), "adapter": q.get("adapter", "")}
 
     def build():
-        run = state.get_run(rid)
-        cases = state.run_cases(rid, case_args["filter"], case_args["adapter"] or None, _int(q.get("page"), 1))
+        run = state.runs.run(rid)
+        cases = state.runs.cases(rid, case_args["filter"], case_args["adapter"] or None, _int(q.get("page"), 1))
         return run, cases
 
     run, cases = await _call(build)
@@ -232,16 +246,35 @@ async def run_page(request: web.Request) -> web.Response:
                    page="run", nav="Runs")
 
 
+async def case_output(request: web.Request) -> web.StreamResponse:
+    """A case's whole output as a text download, streamed from the report (never held whole)."""
+    rid = request.match_info["run_id"]
+    index = _int(request.match_info["index"], 0, lo=0, hi=10 ** 9)
+    pieces = await _call(request.app[STATE].runs.output, rid, index)
+    resp = web.StreamResponse(headers={
+        "Content-Type": "text/plain; charset=utf-8",
+        "Content-Disposition": f'attachment; filename="{rid}-case-{index}-output.txt"'})
+    _finish(resp, time.perf_counter())
+    await resp.prepare(request)
+    try:
+        while True:
+            piece = await _call(next, pieces, None)
+            if piece is None:
+                break
+            await resp.write(piece.encode("utf-8", "replace"))
+    finally:
+        close = getattr(pieces, "close", None)
+        if close is not None:
+            await _call(close)
+    await resp.write_eof()
+    return resp
+
+
 async def case_page(request: web.Request) -> web.Response:
     rid = request.match_info["run_id"]
     index = _int(request.match_info["index"], 0, lo=0, hi=10 ** 9)
     c = await _call(request.app[STATE].case, rid, index)
     return _render(request, "case.html", c=c, page="case", nav="Runs")
-
-
-def _refs(state: State) -> list[str]:
-    runs = state.list_runs(per_page=200)["runs"]
-    return [f"baseline:{b}" for b in state.baselines()] + [r["run_id"] for r in runs]
 
 
 async def diff_page(request: web.Request) -> web.Response:
@@ -250,18 +283,18 @@ async def diff_page(request: web.Request) -> web.Response:
     d, error = None, None
     if args["a"] and args["b"]:
         try:
-            d = await _call(state.diff, args["a"], args["b"])
+            d = await _call(state.runs.diff, args["a"], args["b"])
         except BadRef as exc:
             error = str(exc)
     elif args["a"] or args["b"]:
         error = "give two runs: a (before) and b (after); a run id or baseline:NAME"
-    refs = await _call(_refs, state)
+    refs = await _call(state.refs)
     return _render(request, "diff.html", d=d, error=error, args=args, refs=refs, page="diff", nav="Diff")
 
 
 async def ab_list_page(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    rows, audit = await asyncio.gather(_call(state.ab_artifacts), _call(state.audit_status))
+    rows, audit = await asyncio.gather(_call(state.ab.artifacts), _call(state.ab.audit_status))
     return _render(request, "ab_list.html", rows=rows, audit=audit, page="ab", nav="A/B")
 
 
@@ -272,8 +305,8 @@ _DELTA_FMT = {"pass_rate": lambda v: f"{v:+.3f}", "median_usd": lambda v: f"{v:+
 async def ab_page(request: web.Request) -> web.Response:
     state = request.app[STATE]
     sha = request.match_info["sha"]
-    a = await _call(state.ab_artifact, sha)
-    v = await _call(state.ab_verify, sha)
+    a = await _call(state.ab.artifact, sha)
+    v = await _call(state.ab.verify, sha)
     names: list[str] = []
     for c in a["comparisons"]:
         names += [n for n in c["deltas"] if n not in names]
@@ -306,17 +339,17 @@ async def static(request: web.Request) -> web.Response:
 
 async def api_runs(request: web.Request) -> web.Response:
     args = _run_args(request)
-    return _json(await _call(request.app[STATE].list_runs, **{k: v or None for k, v in args.items()},
+    return _json(await _call(request.app[STATE].runs.list, **{k: v or None for k, v in args.items()},
                              page=_int(request.query.get("page"), 1), per_page=_int(request.query.get("per_page"), 100)))
 
 
 async def api_run(request: web.Request) -> web.Response:
-    return _json(await _call(request.app[STATE].get_run, request.match_info["run_id"]))
+    return _json(await _call(request.app[STATE].runs.run, request.match_info["run_id"]))
 
 
 async def api_cases(request: web.Request) -> web.Response:
     q = request.query
-    return _json(await _call(request.app[STATE].run_cases, request.match_info["run_id"], q.get("filter", "all"),
+    return _json(await _call(request.app[STATE].runs.cases, request.match_info["run_id"], q.get("filter", "all"),
                              q.get("adapter") or None, _int(q.get("page"), 1), _int(q.get("per_page"), 50)))
 
 
@@ -335,31 +368,31 @@ async def api_diff(request: web.Request) -> web.Response:
         raise BadRef("alpha must be a number between 0 and 1") from None
     if not 0 < alpha < 1:
         raise BadRef("alpha must be a number between 0 and 1")
-    return _json(await _call(request.app[STATE].diff, q["a"], q["b"], alpha, _int(q.get("limit"), 200, hi=100000)))
+    return _json(await _call(request.app[STATE].runs.diff, q["a"], q["b"], alpha, _int(q.get("limit"), 200, hi=100000)))
 
 
 async def api_baselines(request: web.Request) -> web.Response:
-    return _json(await _call(request.app[STATE].baselines))
+    return _json(await _call(request.app[STATE].registry.baselines))
 
 
 async def api_ab_list(request: web.Request) -> web.Response:
-    return _json(await _call(request.app[STATE].ab_artifacts))
+    return _json(await _call(request.app[STATE].ab.artifacts))
 
 
 async def api_ab(request: web.Request) -> web.Response:
-    return _json(await _call(request.app[STATE].ab_artifact, request.match_info["sha"]))
+    return _json(await _call(request.app[STATE].ab.artifact, request.match_info["sha"]))
 
 
 async def api_ab_verify(request: web.Request) -> web.Response:
-    return _json(await _call(request.app[STATE].ab_verify, request.match_info["sha"]))
+    return _json(await _call(request.app[STATE].ab.verify, request.match_info["sha"]))
 
 
 async def api_audit(request: web.Request) -> web.Response:
-    return _json(await _call(request.app[STATE].audit_status))
+    return _json(await _call(request.app[STATE].ab.audit_status))
 
 
 async def api_farm(request: web.Request) -> web.Response:
-    return _json(await _call(request.app[STATE].farm_snapshot))
+    return _json(await _call(request.app[STATE].farm.snapshot))
 
 
 async def api_farm_stream(request: web.Request) -> web.StreamResponse:
@@ -373,7 +406,7 @@ async def api_farm_stream(request: web.Request) -> web.StreamResponse:
     deadline = time.monotonic() + settings["sse_max_s"]
     try:
         while time.monotonic() < deadline:
-            snap = await _call(request.app[STATE].farm_snapshot)
+            snap = await _call(request.app[STATE].farm.snapshot)
             await resp.write(b"data: " + json.dumps(snap, default=str).encode() + b"\n\n")
             await asyncio.sleep(settings["sse_interval_s"])
     except (ConnectionResetError, asyncio.CancelledError):
@@ -403,6 +436,7 @@ def create_app(state_dir: Path | str, broker: str | None = None, token: str | No
     app.router.add_get("/runs", runs_page)
     app.router.add_get("/runs/{run_id}", run_page)
     app.router.add_get("/runs/{run_id}/cases/{index}", case_page)
+    app.router.add_get("/runs/{run_id}/cases/{index}/output", case_output)
     app.router.add_get("/diff", diff_page)
     app.router.add_get("/ab", ab_list_page)
     app.router.add_get("/ab/{sha}", ab_page)

@@ -19,7 +19,8 @@ table { border-collapse:collapse; width:100%; background:#fff; } th, td { border
 th { font-weight:600; color:var(--muted); font-size:12px; } tr:hover td { background:#f3f6fa; }
 a { color:var(--accent); } code { font-size:12px; }
 .meta { color:var(--muted); } .warn { color:var(--warn); } .empty { color:var(--muted); font-style:italic; }
-.verdict { display:inline-block; padding:0 .5em; border-radius:3px; font-size:12px; font-weight:700; background:#e7eaee; }
+.verdict, .gatev { display:inline-block; padding:0 .5em; border-radius:3px; font-size:12px; font-weight:700; background:#e7eaee; }
+ul.brakes { list-style:none; padding:0; }
 .v-pass { background:#d8f0e0; color:var(--pass); } .v-fail, .v-unreadable { background:#f7dcd8; color:var(--fail); }
 .v-nothing, .v-partial { background:#fbeed5; color:var(--warn); }
 .baseline { color:#8a6d00; font-weight:600; font-size:12px; }

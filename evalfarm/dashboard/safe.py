@@ -99,38 +99,3 @@ def str_list(value: Any) -> list[str]:
 def int_map(value: Any) -> dict[str, int]:
     """{name: count} with every key a string and every count a whole number."""
     return {text(k, 200): count(v) for k, v in mapping(value).items()}
-
-
-# --- fast report summaries ---------------------------------------------------------------------------
-# evalfarm writes a report as its head (every summary field, cost and times included), then the
-# "outcomes" (the bulk), then the "prompts" section. At indent 2 only top-level keys start a line
-# with exactly two spaces and a quote, so the summary is the head before the outcomes: a
-# 10,000-case report lists without parsing 10,000 outcomes. Anything else
-# (another layout, a hand-edited file) falls back to a full parse.
-_OUTCOMES_KEY = b'\n  "outcomes": '
-HEAD_LIMIT = 32 << 20
-
-
-def read_summary_fast(path, size: int) -> dict[str, Any] | None:
-    """The report without its outcomes (its head: everything before ``"outcomes": [``), or None when
-    the layout is not the one evalfarm writes (then the caller parses the whole file)."""
-    with open(path, "rb") as fh:
-        head = b""
-        found = -1
-        while found < 0 and len(head) < HEAD_LIMIT:
-            chunk = fh.read(1 << 16)
-            if not chunk:
-                break
-            start = max(0, len(head) - len(_OUTCOMES_KEY))
-            head += chunk
-            found = head.find(_OUTCOMES_KEY, start)
-    if found < 0:
-        return None
-    body = head[:found].rstrip()
-    if body.endswith(b","):
-        body = body[:-1]
-    try:
-        data = json.loads(body + b"\n}")
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .data import State
+from .state import State
 
 
 def _ts(value: str) -> float | None:
@@ -30,10 +30,10 @@ class StateCollector(Collector):
         self.state = state
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        rows = self.state.state_figures()["rows"]
+        rows = self.state.runs.rows()  # every stored run's summary, newest first
         yield from self._state(rows)
         if self.state.broker:
-            yield from self._farm(self.state.farm_snapshot())
+            yield from self._farm(self.state.farm.snapshot())
 
     def _state(self, rows: list[dict[str, Any]]) -> Iterator[GaugeMetricFamily]:
         runs = GaugeMetricFamily("evalfarm_state_runs", "Stored runs in the state dir, by result", labels=["result"])

@@ -35,8 +35,8 @@ RUNS = """{% extends "base.html" %}{% block title %}Runs{% endblock %}{% block m
 <td><a class="run-link" href="/runs/{{ r.run_id | urlencode }}">{{ r.run_id }}</a></td>
 <td>{{ r.finished_at | ts }}</td><td class="spec">{{ r.spec_name }}</td><td>{{ r.lineage_tag }}</td>
 <td>{{ r.adapters | join(", ") }}</td>
-<td><span class="verdict v-{{ r.verdict | lower }}"{% if r.problems %} title="{{ r.problems | join('; ') }}"{% endif %}>{{ r.verdict }}</span></td>
-<td>{{ r.pass_rate | pct }}</td><td>{{ r.items }}</td><td>{{ r.cost.total_usd | usd }}</td><td>{{ r.duration_s | dur }}</td>
+<td><span class="verdict v-{{ r.verdict | lower }}"{% if r.problems %} title="{{ r.problems | join('; ') }}"{% endif %}>{{ r.verdict }}</span>{% if r.gate %} <span class="gatev v-{{ 'pass' if r.gate.passed else 'fail' }}" title="the gate's verdict">gate {{ r.gate.verdict }}</span>{% endif %}</td>
+<td>{{ r.pass_rate | pct }}</td><td class="items">{{ r["items"] }}</td><td>{{ r.cost.total_usd | usd }}</td><td>{{ r.duration_s | dur }}</td>
 <td>{% for b in r.baselines %}<span class="baseline">★ {{ b }}</span> {% endfor %}</td></tr>
 {% else %}<tr><td colspan="13" class="empty">no runs{% if args.values() | select | list %} match this filter{% else %} under {{ state_dir }}/runs yet: <code>evalfarm run SPEC --state-dir {{ state_dir }}</code>{% endif %}</td></tr>{% endfor %}
 </tbody></table>
@@ -51,13 +51,16 @@ page {{ data.page }} of {{ data.pages }}
 </nav>{% endif %}{% endmacro %}"""
 
 RUN = """{% extends "base.html" %}{% block title %}Run {{ run.run_id }}{% endblock %}{% block main %}
-<h1>Run <code>{{ run.run_id }}</code> <span class="verdict v-{{ run.verdict | lower }}">{{ run.verdict }}</span>
+<h1>Run <code>{{ run.run_id }}</code> <span class="verdict v-{{ run.verdict | lower }}" id="run-verdict" title="the run against its thresholds">thresholds {{ run.verdict }}</span>
+{% if run.gate %}<span class="verdict v-{{ 'pass' if run.gate.passed else 'fail' }}" id="gate-verdict" title="evalfarm gate's verdict">gate {{ run.gate.verdict }}</span>{% endif %}
 {% for b in run.baselines %}<span class="baseline">★ baseline {{ b }}</span>{% endfor %}</h1>
 <p class="meta">spec <b class="spec">{{ run.spec_name }}</b> · tag {{ run.lineage_tag }} · mode {{ run.mode }} ·
 trials {{ run.trials }} · finished {{ run.finished_at | ts }} · {{ run.duration_s | dur }}
 {% if run.prompt %} · prompt {{ run.prompt }}{% endif %}{% if run.judge %} · judge {{ run.judge.provider }}/{{ run.judge.model }}{% endif %}
 · <a href="/api/runs/{{ run.run_id | urlencode }}">JSON</a></p>
 {% for p in run.problems %}<p class="warn">{{ p }}</p>{% endfor %}
+{% if run.gate %}<section id="gate"><h2>Gate <small>{{ run.gate.verdict }}{% if run.gate.baseline %} against baseline {{ run.gate.baseline.name or "" }} (run {{ run.gate.baseline.run_id }}){% else %} (no baseline){% endif %}</small></h2>
+<ul class="brakes">{% for b in run.gate.brakes %}<li class="brake {{ 's-failed' if b.status == 'fail' else 's-passed' if b.status == 'pass' else 'meta' }}" data-brake="{{ b.name }}">{{ b.name }} {{ b.status | upper }}: {{ b.summary }}</li>{% endfor %}</ul></section>{% endif %}
 {% if run.threshold_failures %}<ul class="failures">{% for f in run.threshold_failures %}<li>{{ f }}</li>{% endfor %}</ul>{% endif %}
 <section><h2>Per adapter</h2>
 <table class="adapters"><thead><tr><th>adapter</th><th>items</th><th>errors</th>
@@ -105,7 +108,9 @@ CASE = """{% extends "base.html" %}{% block title %}Case {{ c.index }}{% endbloc
 {% if c.error %}<section class="error"><h2>Runtime error</h2><p><b>{{ c.error.class }}</b>{% if c.error.stage %} at {{ c.error.stage }}{% endif %}{% if c.error.status %} (status {{ c.error.status }}){% endif %}</p><pre>{{ c.error.message }}</pre></section>{% endif %}
 <div class="io"><section><h2>Input</h2>{% if c.input is not none %}<pre id="case-input">{{ c.input }}</pre><p class="meta">from the {{ c.input_source }}</p>
 {% else %}<p class="meta" id="case-input">not recorded: this report carries prompt ids only{% if not broker %}, and serve has no --broker to read the farm's run store{% else %}, and the farm's run store no longer has this run's items{% endif %}</p>{% endif %}</section>
-<section><h2>Output</h2>{% if c.output is not none %}<pre id="case-output">{{ c.output }}</pre>{% if c.output_truncated %}<p class="warn">output truncated for display</p>{% endif %}{% else %}<p class="meta">no output</p>{% endif %}</section></div>
+<section><h2>Output</h2>{% if c.output is not none %}<pre id="case-output">{{ c.output }}</pre>{% if c.output_truncated %}<p class="warn" id="output-cut">the first {{ c.output | length }} characters shown{% if c.output_bytes %} (the whole output: about {{ c.output_bytes }} bytes){% endif %}</p>{% endif %}
+<p class="meta"><a id="output-download" href="/runs/{{ c.run.run_id | urlencode }}/cases/{{ c.index }}/output" download>download the whole output</a></p>{% else %}<p class="meta">no output</p>{% endif %}
+{% for k, why in c.dropped.items() %}<p class="warn">{{ k }} not shown: {{ why }}</p>{% endfor %}</section></div>
 <section><h2>Checks <small>golden: {{ "pass" if c.golden_passed else "fail" if c.golden_passed is false else "n/a" }}</small></h2>
 {% if c.golden_reason %}<p>{{ c.golden_reason }}</p>{% endif %}
 <table class="checks"><thead><tr><th>check</th><th>verdict</th><th>reason</th></tr></thead><tbody>
@@ -140,7 +145,7 @@ b <a href="/runs/{{ d.b.run_id | urlencode }}">{{ d.b.run_id }}</a> ({{ d.b.ref 
 {% for r in cls.cases %}<details class="diff-case" data-class="{{ cls.class }}"><summary>{{ r.adapter }}{% if r.adapter_b != r.adapter %} → {{ r.adapter_b }}{% endif %} / {{ r.case }}</summary>
 <div class="sides">{% for side, label, rid in [(r.a, "a", d.a.run_id), (r.b, "b", d.b.run_id)] %}<div class="side side-{{ label }}"><h3>{{ label }}</h3>
 {% for o in side %}<div class="trial"><p class="meta">trial {{ o.trial }} · <span class="s-{{ o.status }}">{{ o.status }}</span>{% if o.failure_mode %} · {{ o.failure_mode }}{% endif %} · <a href="/runs/{{ rid | urlencode }}/cases/{{ o.index }}">case</a></p>
-{% if o.error %}<pre class="output">{{ o.error.class }}: {{ o.error.message }}</pre>{% else %}<pre class="output">{{ o.output or "" }}</pre>{% endif %}</div>{% endfor %}
+{% if o.error %}<pre class="output">{{ o.error.class }}: {{ o.error.message }}</pre>{% else %}<pre class="output">{{ o.output or "" }}</pre>{% if o.output_truncated %}<p class="meta">cut: the case page has more</p>{% endif %}{% endif %}</div>{% endfor %}
 </div>{% endfor %}</div></details>{% endfor %}</section>{% endif %}{% endfor %}
 {% endif %}{% endblock %}"""
 

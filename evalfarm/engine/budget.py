@@ -23,6 +23,18 @@ from ..spec.models import AdapterSpec, EvalSpec, Price, PromptSpec
 from .judges import judging_messages
 
 CHARS_PER_TOKEN = 4  # a tokenizer-free estimate: English text averages ~4 characters per token
+# An agent task is not one request: the agent sends its own system prompt and tool definitions with
+# every model request (its context), the task, and the history so far (each turn adds its reply and a
+# tool result). Per agent item: input = turns x (context + task) + growth x turns x (turns - 1) / 2,
+# output = turns x max_tokens. ``params: {max_turns: N, max_tokens: M}`` on the adapter states them;
+# otherwise these defaults. The contexts are the first request of the pinned CLIs as measured against
+# mock-provider (bench/agent_context.py, characters / 4: Claude Code 2.1.197 sends 117,489 characters,
+# Codex 0.171.0 39,675); other agents get the default. An upper bound: a provider's prompt cache
+# makes the repeated context cheaper than this prices it.
+DEFAULT_AGENT_TURNS = 10
+AGENT_TURN_GROWTH_TOKENS = 1000  # a turn's reply and tool result, added to every later request
+AGENT_CONTEXT_TOKENS = {"claude": 29_400, "codex": 9_900}
+DEFAULT_AGENT_CONTEXT_TOKENS = 10_000
 DEFAULT_OUTPUT_TOKENS = 512  # a reply's tokens when the adapter sets no max_tokens
 DEFAULT_JUDGE_OUTPUT_TOKENS = 256  # a verdict's tokens when the judge sets no max_tokens
 FREE_ADAPTERS = ("mock",)  # built-ins that never bill
@@ -131,6 +143,8 @@ class Estimate:
     model_usd: float = 0.0
     judge_usd: float = 0.0
     unpriced: list[str] = field(default_factory=list)  # adapter ids (and "judge") with no price
+    agent_items: int = 0  # items that spawn a coding agent (estimated per task: see AGENT_CONTEXT_TOKENS)
+    agent_turns: int = 0  # the largest turns per task assumed
 
     @property
     def total_usd(self) -> float:
@@ -148,6 +162,9 @@ class Estimate:
         """The one line printed before a run starts."""
         detail = (f"{self.items:,} items, ~{self.input_tokens:,} tokens in, {self.output_tokens:,} out "
                   f"(max_tokens, else {DEFAULT_OUTPUT_TOKENS} per reply)")
+        if self.agent_items:
+            detail += (f"; {self.agent_items:,} of them agent tasks, each ~{self.agent_turns} model requests carrying the "
+                       f"agent's context and history (params.max_turns, else {DEFAULT_AGENT_TURNS})")
         if self.judge_calls:
             detail += f", {self.judge_calls:,} judge calls (~{self.judge_input_tokens + self.judge_output_tokens:,} tokens)"
         text = f"estimated cost {self.figures()}: {detail}"
@@ -182,19 +199,27 @@ def estimate(spec: EvalSpec, prompts: Iterable[PromptSpec], trials: int | None =
         if price is None:
             est.unpriced.append(adapter_id)
         params = entry.params if isinstance(entry, AdapterSpec) else None
-        adapters.append((price, max_tokens(params, DEFAULT_OUTPUT_TOKENS)))
+        agent = agent_shape(entry) if isinstance(entry, AdapterSpec) and entry.is_agent else None
+        adapters.append((price, max_tokens(params, DEFAULT_OUTPUT_TOKENS), agent))
     jprice = judge_price(spec)
     if jprice is None:
         est.unpriced.append("judge")
     judge_out = max_tokens(spec.judge.params, DEFAULT_JUDGE_OUTPUT_TOKENS) if spec.judge else 0
     for prompt in prompts:
         t_in = tokens(prompt.system) + tokens(prompt.text)
-        for price, t_out in adapters:
+        for price, t_out, agent in adapters:
+            i_in, i_out = t_in, t_out
+            if agent is not None:  # a coding agent: many requests per task, each with its context and history
+                turns, context = agent
+                est.agent_items += n_trials
+                est.agent_turns = max(est.agent_turns, turns)
+                i_in = turns * (context + t_in) + AGENT_TURN_GROWTH_TOKENS * turns * (turns - 1) // 2
+                i_out = turns * t_out
             est.items += n_trials
-            est.input_tokens += t_in * n_trials
-            est.output_tokens += t_out * n_trials
+            est.input_tokens += i_in * n_trials
+            est.output_tokens += i_out * n_trials
             if price is not None:
-                est.model_usd += _cost(price, t_in, t_out) * n_trials
+                est.model_usd += _cost(price, i_in, i_out) * n_trials
             if spec.judge is None:
                 continue
             # the judging prompt as the judge will see it, with a reply of the estimated length
@@ -205,6 +230,15 @@ def estimate(spec: EvalSpec, prompts: Iterable[PromptSpec], trials: int | None =
             if jprice is not None:
                 est.judge_usd += _cost(jprice, j_in, judge_out) * n_trials
     return est
+
+
+def agent_shape(entry: AdapterSpec) -> tuple[int, int]:
+    """(turns, context tokens per request) assumed for one task of an agent adapter: its stated
+    ``params.max_turns``, else ``DEFAULT_AGENT_TURNS``; the agent's measured context."""
+    turns = entry.params.get("max_turns")
+    if not isinstance(turns, int) or isinstance(turns, bool) or turns < 1:
+        turns = DEFAULT_AGENT_TURNS
+    return turns, AGENT_CONTEXT_TOKENS.get(entry.agent or "", DEFAULT_AGENT_CONTEXT_TOKENS)
 
 
 def budget_problem(est: Estimate, budget_usd: float, flag: str) -> str | None:

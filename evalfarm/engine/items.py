@@ -13,7 +13,7 @@ import asyncio
 import time
 from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
-from ..core.checks import golden_check, run_checks
+from ..core.checks import golden_verdict
 from ..core.outcome import Outcome
 from ..core.plan import Item
 from ..core.verdict import decide
@@ -119,20 +119,11 @@ class Engine:
         out.input_tokens, out.output_tokens = completion.input_tokens, completion.output_tokens
         out.cost_usd = completion.cost_usd
         out.attempts = completion.meta.get("attempts")
-        out.golden_passed, out.golden_reason = golden_check(item.prompt, completion.text)
         out.agent = completion.meta.get("agent")
         # an adapter's own checks (an agent's `check` command) join the text checks: one verdict
-        out.checks = run_checks(item.prompt, completion.text) + list(completion.meta.get("checks") or ())
-        if item.prompt.check and "checks" not in completion.meta:  # never a silent pass
-            out.checks.append({"kind": "command", "passed": False, "format": False,
-                               "reason": "this adapter does not run check commands (agents do: provider: agent)"})
-        failed = next((c for c in out.checks if not c["passed"]), None)
-        if out.golden_passed and failed is not None:
-            out.golden_passed, out.golden_reason = False, f"check {failed['kind']}: {failed['reason']}"
-        if out.golden_passed and completion.finish_reason == "length" and not item.prompt.allow_truncation:
-            # the model did not finish: whatever it said so far is not an answer to pass
-            out.golden_passed, out.golden_reason = False, "truncated: the reply stopped at max_tokens " \
-                                                          "(finish_reason length); allow_truncation: true accepts it"
+        out.golden_passed, out.golden_reason, out.checks = golden_verdict(
+            item.prompt, completion.text, completion.finish_reason,
+            list(completion.meta.get("checks") or ()) if "checks" in completion.meta else None)
         return out
 
     def replay(self, item: Item) -> Outcome:

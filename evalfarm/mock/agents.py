@@ -64,6 +64,7 @@ class AgentProtocols(AnthropicProtocol, ResponsesProtocol, ChatToolsProtocol, Ge
                          "step": step, "kind": kind, "tool_results": n_results,
                          "usage": {"input_tokens": usage[0], "output_tokens": usage[1]}})
         self.bodies.append(json.dumps(body))
+        self.log[-1]["body_chars"] = len(self.bodies[-1])  # what the agent sent: its context, measured
 
     async def agent_log(self, request: web.Request) -> web.Response:
         grep = request.query.get("grep")

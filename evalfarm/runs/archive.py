@@ -12,10 +12,10 @@ from ..canonical import sha256_hex
 from ..core.report.framing import OUTCOMES_OPEN, report_bytes
 from ..core.report.markdown import render_markdown
 from ..core.report.model import RunReport
-from ..core.report.schema import report_problem
 from ..errors import UsageError
 from ..names import is_run_id, run_id_problem
 from ..perms import can_create_in, file_mode, make_dir
+from .trust import read_report, seal
 
 DEFAULT_STATE_DIR = Path(".evalfarm")
 T = TypeVar("T")
@@ -118,8 +118,9 @@ def _checked_runs_dir(state_dir: Path | str, run_id: object) -> Path:
 
 
 def save_report(report: RunReport | dict[str, Any], state_dir: Path | str = DEFAULT_STATE_DIR,
-                raw: bytes | None = None, markdown: bytes | None = None) -> tuple[Path, Path]:
-    """Persist ``<run_id>.json``, ``.md`` and ``.lineage.json``; returns (json_path, md_path).
+                raw: bytes | None = None, markdown: bytes | None = None, seal_kind: str = "saved") -> tuple[Path, Path]:
+    """Persist ``<run_id>.json``, ``.md`` and ``.lineage.json`` and seal the report's hash in the
+    registry (``runs.trust``); returns (json_path, md_path).
 
     Run ids carry a microsecond timestamp and a random suffix, and an existing file
     is never overwritten, so two runs in the same second both survive.
@@ -134,6 +135,7 @@ def save_report(report: RunReport | dict[str, Any], state_dir: Path | str = DEFA
     atomic_write(md_path, markdown if markdown is not None else render_markdown(data).encode("utf-8"))
     stub = {"artefact_path": str(json_path.resolve()), "content_hash": "sha256:" + sha256_hex(body),
             "lineage_tag": data["lineage_tag"], "ts_ns": time.time_ns()}
+    seal(state_dir, data["run_id"], stub["content_hash"], seal_kind)
     atomic_write(lineage_path, (json.dumps(stub, indent=2) + "\n").encode())
     atomic_write(json_path, body)  # last: a run is listed only once all three exist
     return json_path, md_path
@@ -153,6 +155,7 @@ def save_report_stream(summary: dict[str, Any], chunks: Iterable[bytes], state_d
         atomic_write(md_path, markdown)
         stub = {"artefact_path": str(json_path.resolve()), "content_hash": "sha256:" + digest,
                 "lineage_tag": summary["lineage_tag"], "ts_ns": time.time_ns(), **(lineage or {})}
+        seal(state_dir, summary["run_id"], stub["content_hash"])
         atomic_write(out / f"{summary['run_id']}.lineage.json", (json.dumps(stub, indent=2) + "\n").encode())
         os.replace(tmp_json, json_path)  # last: a run is listed only once all three exist
     finally:
@@ -188,17 +191,9 @@ def resolve_run(ref: str, state_dir: Path | str = DEFAULT_STATE_DIR) -> Path:
 
 
 def load_report(path: Path) -> dict[str, Any]:
-    """A stored report, checked for the shape every reader relies on (exit 2 otherwise)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except RecursionError:
-        raise UsageError(f"{path}: not a readable evalfarm report (nested too deeply)") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise UsageError(f"{path}: not a readable evalfarm report ({exc})") from None
-    problem = report_problem(data)
-    if problem:
-        raise UsageError(f"{path}: not an evalfarm report ({problem})")
-    return data
+    """A stored report, checked for the shape every reader relies on and against the lineage stub
+    saved beside it (an edited report is exit 2: ``runs.trust``)."""
+    return read_report(path)[0]
 
 
 def require_complete(report: dict[str, Any], where: str) -> dict[str, Any]:

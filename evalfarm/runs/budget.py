@@ -61,15 +61,15 @@ def check(spec: Any, prompts: Iterable[Any], trials: int | None, max_cost: float
 
 
 def stopped_line(summary: dict[str, Any]) -> str | None:
-    """One line for a run the budget stopped."""
+    """One line for a run the budget stopped: the spend, in parts that add up to it (``runs.spend``)."""
     b = summary.get("budget") or {}
     if summary.get("stopped") != "budget" or not b:
         return None
-    cost = summary.get("cost") or {}
-    return (f"stopped at the budget: ${b['spent_usd']:.6f} spent of ${b['limit_usd']:g} (model "
-            f"${cost.get('model_usd', 0):.6f}, judge ${cost.get('judge_usd', 0):.6f} on the items measured); "
-            f"{b['items_left']} of {summary.get('items_planned')} items were not measured (never sent, or their judge "
-            "call was not); the partial report says stopped: budget (diff, gate and baselines refuse it)")
+    from .spend import spend_parts
+
+    return (f"stopped at the budget: ${b['spent_usd']:.6f} spent of ${b['limit_usd']:g} ({spend_parts(summary)}); "
+            f"{b['items_left']} of {summary.get('items_planned')} items were not measured (never sent, or their "
+            "judge call was not); the partial report says stopped: budget (diff, gate and baselines refuse it)")
 
 
 def quota_line(summary: dict[str, Any]) -> str | None:

@@ -160,6 +160,7 @@ class Rescore:
 
     input: RescoreInput
     prompt_info: dict[str, Any]
+    notes: list[str] = field(default_factory=list)  # what the trust check of the source report says
 
     def start(self, target: "Target", on_progress: ProgressFn | None = None) -> "RunHandle":
         from .submit import start
@@ -172,11 +173,13 @@ class Rescore:
 def prepare(run_ref: str, state: "StateDir", *, spec_path: Path | None = None, judge_model: str | None = None,
             judge_base_url: str | None = None) -> Rescore:
     """The re-scoring run of a stored, complete run (a path, run id, prefix or ``baseline:NAME``)."""
-    from .archive import load_report, require_complete
+    from .archive import require_complete
     from .registry import Registry, resolve_ref
+    from .trust import load_trusted
 
     path = resolve_ref(run_ref, state.root)
-    report = require_complete(load_report(path), str(path))
+    trusted = load_trusted(path, state, "rescore")  # an edited report is exit 2 (runs.trust)
+    report = require_complete(trusted.report, str(path))
     source_entry = Registry(state.root).get(report["run_id"]) if state.has_registry() else None
     rin = rescoring(report, path, spec_path=spec_path, judge_model=judge_model, judge_base_url=judge_base_url)
     entry = source_entry or {}
@@ -184,4 +187,4 @@ def prepare(run_ref: str, state: "StateDir", *, spec_path: Path | None = None, j
     info = {"dataset_hash": entry.get("dataset_hash"),
             "prompt": {**prompt, "resolved_by": f"run {report['run_id']}"} if prompt else None,
             "models": entry.get("models"), "source_run": report["run_id"], "source_hash": rin.source_hash}
-    return Rescore(rin, info)
+    return Rescore(rin, info, list(trusted.notes))

@@ -56,6 +56,12 @@ class StateDir:
         return self.root / "audit"
 
     @property
+    def seal_key(self) -> Path:
+        """The HMAC key that seals each saved report's hash in the registry (``runs.trust``): 0600 in
+        a 0700 directory, made on the first save."""
+        return self.root / "keys" / "reports.key"
+
+    @property
     def blobs(self) -> Path:
         """Agents' patches, check logs and trajectories, by SHA-256 (``EVALFARM_BLOB_DIR`` puts them
         elsewhere, e.g. a volume every spawn worker shares)."""

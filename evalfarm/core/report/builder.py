@@ -26,14 +26,20 @@ class ReportBuilder:
         self.count = 0
         self.skipped = 0  # items whose call was never sent (the budget ran out): not in the figures
         self.spend = 0.0  # model + judge cost of every stored item, skipped ones included
+        self.unjudged = 0.0  # of which: answers paid for whose judge call the budget stopped (not in the figures)
+        self.unjudged_items = 0
 
     def add(self, raw: str) -> str | None:
         """Aggregate one stored outcome; returns its line in the report file (None for a skipped item,
         which the report counts as left, not as an outcome)."""
         o = json.loads(raw)
-        self.spend += (o.get("cost_usd") or 0.0) + (o.get("judge_cost_usd") or 0.0)
+        cost = (o.get("cost_usd") or 0.0) + (o.get("judge_cost_usd") or 0.0)
+        self.spend += cost
         if o.get("skipped"):
             self.skipped += 1
+            if cost:
+                self.unjudged += cost
+                self.unjudged_items += 1
             return None
         self.agg.add(o)
         self.errors.add(o)
@@ -73,4 +79,6 @@ class ReportBuilder:
         stored item's cost, a model answer whose judging the stop skipped included) and the items left."""
         spent = run.get("spent_usd")
         return {"limit_usd": run["budget_usd"], "spent_usd": round(self.spend if spent is None else spent, 8),
-                "items_left": run["items_planned"] - self.count}
+                "items_left": run["items_planned"] - self.count,
+                # spent beyond the figures' model + judge: answers whose judging the stop skipped
+                "unjudged_usd": round(self.unjudged, 8), "unjudged_items": self.unjudged_items}

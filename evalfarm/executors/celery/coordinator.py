@@ -378,6 +378,19 @@ class CeleryBackend:
     def in_broker(self, run_id: str) -> set[str]:
         return keys_in_broker(self.store.r, run_id)[0] | spawn_keys_in_broker(self.settings, run_id)
 
+    def open_items(self, run_id: str) -> tuple[int, int]:
+        """(items of the run waiting in a queue, items in a worker's hands), neither done nor awaiting
+        the judge. A batch's message carries every item of the batch until the batch is acknowledged,
+        the ones already recorded included, so the broker's keys alone overcount (``status`` said
+        "238/2000 done ... 2000 queued or in flight"). A separate spawn broker's keys count as queued
+        (its messages are not told apart)."""
+        queued, in_hands, _ = broker_keys(self.store.r, run_id)
+        queued |= spawn_keys_in_broker(self.settings, run_id)
+        carried = list(queued | in_hands)
+        settled = self.store.done_keys(run_id, carried) | self.store.pending_among(run_id, carried)
+        in_hands -= settled
+        return len(queued - settled - in_hands), len(in_hands)
+
     def _take_lock(self, run_id: str) -> str:
         """The run's dispatch lock; a dead holder's lock expires within ``LOCK_TTL_S``, so wait that
         long before saying that another coordinator is at work."""
