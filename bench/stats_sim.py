@@ -95,13 +95,13 @@ def main() -> int:
     print(f"fixed design sized with power(): {t} tasks x {k} rounds detects {planned.mdd:.3f} at 80% power "
           f"(predicted power at 0.15: {planned.power_at(0.15):.3f})")
     print()
-    head = (f"{'method':<46} {'false winner':>12} | {'found 0.15':>10} {'median':>6} {'mean':>5} | "
+    head = (f"{'method':<52} {'false winner':>12} | {'found 0.15':>10} {'median':>6} {'mean':>5} | "
             f"{'found 0.30':>10} {'median':>6} {'mean':>5}")
     print(head)
     print("-" * len(head))
     for name, r in rows.items():
         aa_r, s, l = r["aa"], r["0.15"], r["0.30"]
-        print(f"{name:<46} {aa_r['a_better'] + aa_r['b_better']:>12.4f} | {s['b_better']:>10.3f} "
+        print(f"{name:<52} {aa_r['a_better'] + aa_r['b_better']:>12.4f} | {s['b_better']:>10.3f} "
               f"{s['median_rounds']:>6g} {s['mean_rounds']:>5.1f} | {l['b_better']:>10.3f} "
               f"{l['median_rounds']:>6g} {l['mean_rounds']:>5.1f}")
     seq = rows["sequential test, looked at every round"]

@@ -103,7 +103,7 @@ def test_unmeasured_axes_are_structured():
 def _verdict(a_rows, b_rows):
     fa, fb = compare.arm_figures(a_rows), compare.arm_figures(b_rows)
     deltas = compare.compare_arms("a", a_rows, fa, "b", b_rows, fb)
-    return compare.verdict("a", fa, "b", fb, deltas), deltas
+    return compare.verdict("a", fa, "b", fb, deltas, rows=(a_rows, b_rows)), deltas
 
 
 def test_no_partial_winner_when_an_axis_is_unmeasured():

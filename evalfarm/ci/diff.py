@@ -15,7 +15,8 @@ test below 25 discordant pairs, the continuity-corrected chi-square above.
 The headline figure is the change in *pass rate* (per trial, every shared case weighing the
 same) with its paired, task-clustered interval (``evalfarm.stats.paired_interval``: the case is
 the unit, its trials are clustered in it; Student's t over cases and a Bonett-Price adjustment,
-so one case never gives a zero-width interval), overall and per adapter, at level 1 - alpha.
+so one case never gives a zero-width interval), overall (a case run by several adapters is one
+cluster: its difficulty is shared) and per adapter, at level 1 - alpha.
 McNemar's test stays beside it: it answers a different question (did case verdicts, pass^k,
 move), and a run with one trial per case gets the same answer from both.
 """
@@ -95,19 +96,23 @@ def case_trials(report: dict[str, Any]) -> dict[tuple[str, str], list[bool | Non
     return trials
 
 
-def pass_rate_interval(pairs: list[tuple[list[bool | None], list[bool | None]]], alpha: float) -> dict[str, Any]:
-    """The paired, task-clustered interval of the pass-rate change (b minus a) over cases, each
-    case the pair (a's trial verdicts, b's); errored trials are left out, and a case without a
-    measured trial on either side with them."""
+def pass_rate_interval(pairs: list[tuple[str, list[bool | None], list[bool | None]]], alpha: float) -> dict[str, Any]:
+    """The paired, task-clustered interval of the pass-rate change (b minus a) over cases: each of
+    ``pairs`` is (case, a's trial verdicts, b's). A case is one cluster whatever adapters ran it
+    (its difficulty is shared); errored trials are left out, and a case without a measured trial
+    on either side with them."""
     from ..stats.paired import ADJUSTMENT, METHOD, paired_interval
 
-    a = {i: [float(v) for v in ta if v is not None] for i, (ta, _) in enumerate(pairs)}
-    b = {i: [float(v) for v in tb if v is not None] for i, (_, tb) in enumerate(pairs)}
-    a = {i: v for i, v in a.items() if v and b[i]}
-    b = {i: b[i] for i in a}
+    a: dict[str, list[float]] = {}
+    b: dict[str, list[float]] = {}
+    for case, ta, tb in pairs:
+        a.setdefault(case, []).extend(float(v) for v in ta if v is not None)
+        b.setdefault(case, []).extend(float(v) for v in tb if v is not None)
+    a = {c: v for c, v in a.items() if v and b[c]}
+    b = {c: b[c] for c in a}
     if not a:
         return {"method": METHOD, "measured": False, "cases": 0}
-    iv = paired_interval(a, b, confidence=1.0 - alpha)
+    iv = paired_interval(a, b, confidence=min(1.0 - alpha, 1.0 - 1e-12))  # an alpha of 1e-17 is 1.0 in floats
     lo, hi = _r6(iv.lo), _r6(iv.hi)
     return {"method": METHOD, "adjustment": ADJUSTMENT, "measured": True, "cases": iv.tasks,
             "confidence": _r6(1.0 - alpha), "rate_a": _r6(math.fsum(math.fsum(v) / len(v) for v in a.values()) / len(a)),
@@ -157,7 +162,7 @@ def compare_cases(a: dict[str, Any], b: dict[str, Any], alpha: float = 0.05) -> 
     ta, tb = case_trials(a), case_trials(b)
     va, vb = {c: case_verdict(v) for c, v in ta.items()}, {c: case_verdict(v) for c, v in tb.items()}
     pairing = case_pairing(a, b)
-    trial_pairs: dict[str, list[tuple[list[bool | None], list[bool | None]]]] = {}
+    trial_pairs: dict[str, list[tuple[str, list[bool | None], list[bool | None]]]] = {}
     classes: dict[str, list[dict[str, str]]] = {c: [] for c in CLASSES}
     unmeasured: list[dict[str, str]] = []
     per_adapter: dict[str, dict[str, Any]] = {}
@@ -169,7 +174,7 @@ def compare_cases(a: dict[str, Any], b: dict[str, Any], alpha: float = 0.05) -> 
         if key_b not in vb:
             continue
         paired_b.add(key_b)
-        trial_pairs.setdefault(adapter, []).append((ta[(adapter, case)], tb[key_b]))
+        trial_pairs.setdefault(adapter, []).append((case, ta[(adapter, case)], tb[key_b]))
         after = vb[key_b]
         row = {"adapter": adapter, "case": case}
         if pairing[adapter] != adapter:

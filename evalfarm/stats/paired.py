@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from . import dist
+from .dist import two_sided
 from .scores import by_task, probability
 
 METHOD = "paired-task-clustered"
@@ -110,7 +110,7 @@ def interval_of(d: list[float], pairs: list[int], confidence: float = 0.95) -> t
     center = math.fsum(d) / weight  # the pseudo pairs add +1/k and -1/k
     spread = math.fsum((x - center) ** 2 for x in d) + ((1.0 - center) ** 2 + (1.0 + center) ** 2) / (k * k)
     se = math.sqrt(spread / (weight * weight) * n / (n - 1))
-    q = dist.two_sided(confidence, n - 1)
+    q = two_sided(confidence, n - 1)
     return max(-1.0, center - q * se), min(1.0, center + q * se), se
 
 

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from . import dist
+from .dist import normal_cdf, normal_quantile, two_sided
 from .paired import pair
 from .scores import probability
 
@@ -122,7 +122,7 @@ def _design(n: int, k: int, variance: Variance, confidence: float) -> tuple[floa
     v = variance.per_task(k)
     weight = n + 2.0 / k
     se = math.sqrt(((n - 1) * v + 2.0 / (k * k)) / (weight * weight) * n / (n - 1))
-    return v, se, dist.two_sided(confidence, n - 1), n / weight
+    return v, se, two_sided(confidence, n - 1), n / weight
 
 
 def half_width(tasks: int, trials: int, variance: Variance, confidence: float = 0.95) -> float:
@@ -196,14 +196,14 @@ def _power(effect: float, n: int, k: int, variance: Variance, alpha: float) -> f
     if n < 2:
         return 0.0
     v, se, q, shrink = _design(n, k, variance, 1.0 - alpha)
-    return dist.normal_cdf((effect - q * se / shrink) / math.sqrt(v / n))
+    return normal_cdf((effect - q * se / shrink) / math.sqrt(v / n))
 
 
 def _mdd(n: int, k: int, variance: Variance, alpha: float, power: float) -> float:
     if n < 2:
         return math.inf
     v, se, q, shrink = _design(n, k, variance, 1.0 - alpha)
-    return dist.normal_quantile(power) * math.sqrt(v / n) + q * se / shrink
+    return normal_quantile(power) * math.sqrt(v / n) + q * se / shrink
 
 
 def _count(value: Any, name: str) -> int:
