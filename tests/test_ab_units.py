@@ -175,6 +175,16 @@ def test_a_wide_quality_interval_is_inconclusive_not_a_tie():
     assert compare.parameters()["quality_interval"] == "paired-task-clustered"
 
 
+def test_a_delta_beyond_the_margin_says_what_would_show_it():
+    """15 tasks x 3 trials, b 0.09 worse (one trial lost on 4 tasks): no tie can be shown, no winner yet;
+    the advice is the trials per task that would show the difference at 80% power if it is real."""
+    a = [row(f"t{i}", True, trial=k) for i in range(15) for k in range(3)]
+    b = [row(f"t{i}", not (i < 4 and k == 0), trial=k) for i in range(15) for k in range(3)]
+    v, d = _verdict(a, b)
+    assert v["result"] == "inconclusive" and v["trials_needed"] is None and v["trials_to_detect"] > 3
+    assert f"about {v['trials_to_detect']} trials per task (now 3) would show it at 80% power" in v["reason"]
+
+
 def test_when_tasks_disagree_more_trials_cannot_show_a_tie_but_more_tasks_can():
     # 10 tasks x 4 trials: b is far better on half the tasks and far worse on the other half, every trial
     a = [row(f"t{i}", i % 2 == 0, 0.002, trial=k) for i in range(10) for k in range(4)]
@@ -370,7 +380,8 @@ def test_an_edited_interval_method_does_not_verify(tmp_path):
                     executor=SyntheticExecutor(), ledger=tmp_path / "l.jsonl", reports_dir=tmp_path / "r",
                     audit_dir=tmp_path / "a", run_spec=inprocess)
     art = res.artifact
-    assert art["parameters"]["quality_interval"] == "paired-task-clustered"
+    from evalfarm.stats.paired import METHOD
+    assert art["parameters"]["quality_interval"] == compare.QUALITY_INTERVAL == METHOD
     assert art["comparisons"][0]["deltas"]["pass_rate"]["method"] == "paired-task-clustered"
     assert art["comparisons"][0]["deltas"]["median_usd"]["method"] == "task-cluster-bootstrap"
     index = ledger.load(tmp_path / "l.jsonl")

@@ -215,18 +215,25 @@ def needed_for_tie(a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]], d
     """How much more data the pass-rate interval would need to fit inside +-margin if the observed
     delta and variance held: trials per task (same tasks; unless ``vary_trials`` is False), else
     tasks (same trials); None where no amount would do. ``lower_bound``: one trial per task, so
-    task-to-task variation could not be told from trial noise and the trial count is a minimum."""
-    from ..stats.power import half_width, observed_variance, smallest
+    task-to-task variation could not be told from trial noise and the trial count is a minimum.
+    When the delta is at or beyond the margin no tie can be shown; ``trials_to_detect`` is then the
+    trials per task at which the observed delta, if real, would be detected at 80% power."""
+    from ..stats.power import half_width, observed_variance, power, smallest
 
     a_by, b_by = by_task(a_rows), by_task(b_rows)
     tasks = len(set(a_by) & set(b_by))
     trials = min(min(len(a_by[t]), len(b_by[t])) for t in a_by if t in b_by) if tasks else 1
     out: dict[str, Any] = {"trials_needed": None, "tasks_needed": None, "lower_bound": False}
-    if abs(delta) >= margin or not tasks:
+    if not tasks:
         return out
     variance = observed_variance(a_by, b_by)  # from fewer than 2 tasks: the worst case for pass/fail
     out["lower_bound"] = not variance.separated
     out["variance"] = variance.source
+    if abs(delta) >= margin:  # no tie to show; a winner, if the difference is real and trials can show it
+        if tasks >= 2 and vary_trials and delta != 0:
+            out["trials_to_detect"] = smallest(
+                lambda k: power(tasks, k, variance=variance).mdd <= abs(delta), start=trials + 1, limit=100_000)
+        return out
 
     def fits(n: int, k: int) -> bool:
         return abs(delta) * n / (n + 2.0 / k) + half_width(n, k, variance) <= margin
@@ -247,7 +254,10 @@ def more_data(need: dict[str, Any], trials: int, tasks: int, unit: str = "trials
         what = f"more trials per task cannot show a tie with {tasks} tasks; " if tasks >= 2 else ""
         worst = " (at the worst-case variance: one task shows none)" if need.get("variance") == "assumed" else ""
         return f"{what}about {need['tasks_needed']} tasks would be needed to show a tie{worst}"
-    return "the observed delta is at or beyond the margin: more trials would not show a tie"
+    detect = need.get("trials_to_detect")
+    more = (f"; if it is real, about {detect} trials per task (now {trials}) would show it at 80% power"
+            if detect else "")
+    return f"the observed delta is at or beyond the margin: more trials would not show a tie{more}"
 
 
 def trials_needed(ci: list[float], delta: float, trials: int, margin: float) -> int | None:

@@ -8,7 +8,9 @@ library only, no farm.
 - ``PairedSequentialTest(alpha, margin)``: an anytime-valid confidence sequence for mean(b - a),
   updated round by round; stop at the first decision, keep the error rate.
 
-Nothing here is imported by a plain ``evalfarm run``.
+``simulate`` (not imported here) is the model of suites with task difficulty the guarantees are
+checked on (tests/test_stats.py, bench/stats_sim.py). Nothing here is imported by a plain
+``evalfarm run``.
 """
 from .paired import PairedInterval, paired_interval
 from .power import Power, Variance, assumed_variance, observed_variance, power
