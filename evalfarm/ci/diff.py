@@ -114,9 +114,12 @@ def pass_rate_interval(pairs: list[tuple[str, list[bool | None], list[bool | Non
         return {"method": METHOD, "measured": False, "cases": 0}
     iv = paired_interval(a, b, confidence=min(1.0 - alpha, 1.0 - 1e-12))  # an alpha of 1e-17 is 1.0 in floats
     lo, hi = _r6(iv.lo), _r6(iv.hi)
+
+    def rate(arm: dict[str, list[float]]) -> float | None:  # every case weighing the same, as the interval
+        return _r6(math.fsum(math.fsum(v) / len(v) for v in arm.values()) / len(arm))
+
     return {"method": METHOD, "adjustment": ADJUSTMENT, "measured": True, "cases": iv.tasks,
-            "confidence": _r6(1.0 - alpha), "rate_a": _r6(math.fsum(math.fsum(v) / len(v) for v in a.values()) / len(a)),
-            "rate_b": _r6(math.fsum(math.fsum(v) / len(v) for v in b.values()) / len(b)),
+            "confidence": _r6(1.0 - alpha), "rate_a": rate(a), "rate_b": rate(b),
             "delta": _r6(iv.delta), "ci": [lo, hi], "excludes_zero": lo > 0 or hi < 0,  # type: ignore[operator]
             "direction": "b" if lo > 0 else "a" if hi < 0 else None}  # type: ignore[operator]
 
