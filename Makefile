@@ -46,6 +46,11 @@ promtool:
 bench: venv
 	$(BIN)/python bench/bench.py --json bench/results.json $(if $(BEFORE),--before $(BEFORE))
 
+# the simulation table of issue 20: false-winner rate with and without the sequential test, power, rounds
+.PHONY: bench-stats
+bench-stats: $(BIN)/.installed-run
+	$(BIN)/python bench/stats_sim.py
+
 clean:
 	rm -rf $(VENV) .evalfarm .pytest_cache
 

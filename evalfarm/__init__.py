@@ -10,7 +10,8 @@ internal modules. Names load lazily, so ``import evalfarm`` (and ``evalfarm --he
 The layout is the architecture: ``spec`` (what the user wrote) -> ``core`` (plan, checks,
 verdicts, aggregation, report) and ``engine`` (adapters, judges, one item) -> ``backends``
 (in-process and the Celery farm) under one ``orchestrator``; ``ci``, ``ab`` and ``cli`` on top.
-The core knows nothing of Celery or Redis.
+The core knows nothing of Celery or Redis. ``stats`` (paired intervals, power, the sequential
+test: ``PairedSequentialTest``, ``paired_interval``, ``power``) is pure and standard library only.
 """
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ _EXPORTS = {
     "Judge": "evalfarm.engine.judges", "JudgeResult": "evalfarm.engine.judges",
     "register_adapter": "evalfarm.engine.registry", "register_judge": "evalfarm.engine.registry",
     "EvalfarmError": "evalfarm.errors", "SpecError": "evalfarm.errors",
+    "PairedSequentialTest": "evalfarm.stats", "SequentialDecision": "evalfarm.stats",
+    "paired_interval": "evalfarm.stats", "PairedInterval": "evalfarm.stats", "power": "evalfarm.stats",
+    "Power": "evalfarm.stats", "Variance": "evalfarm.stats", "assumed_variance": "evalfarm.stats",
+    "observed_variance": "evalfarm.stats",
 }
 __all__ = sorted(_EXPORTS)
 

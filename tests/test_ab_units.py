@@ -104,7 +104,7 @@ def test_unmeasured_axes_are_structured():
 def _verdict(a_rows, b_rows):
     fa, fb = compare.arm_figures(a_rows), compare.arm_figures(b_rows)
     deltas = compare.compare_arms("a", a_rows, fa, "b", b_rows, fb)
-    return compare.verdict("a", fa, "b", fb, deltas), deltas
+    return compare.verdict("a", fa, "b", fb, deltas, rows=(a_rows, b_rows)), deltas
 
 
 def test_no_partial_winner_when_an_axis_is_unmeasured():
@@ -127,15 +127,33 @@ def test_quality_decides_when_its_interval_excludes_zero():
 
 
 def test_cost_breaks_only_a_proven_quality_tie():
-    a = [row(f"t{i}", i % 5 != 0, 0.002) for i in range(20)]
-    b = [row(f"t{i}", i % 5 != 0, 0.001) for i in range(20)]  # the same cases pass, half the cost
+    a = [row(f"t{i}", i % 5 != 0, 0.002) for i in range(100)]
+    b = [row(f"t{i}", i % 5 != 0, 0.001) for i in range(100)]  # the same cases pass, half the cost
     v, d = _verdict(a, b)
-    assert d["pass_rate"]["delta"] == 0.0 and d["pass_rate"]["ci95"] == [0.0, 0.0]
+    assert d["pass_rate"]["delta"] == 0.0 and d["pass_rate"]["method"] == "paired-task-clustered"
+    lo, hi = d["pass_rate"]["ci95"]
+    assert -0.05 < lo < 0 < hi < 0.05  # shown equal within the margin, but never a zero-width interval
     assert v == {**v, "result": "winner", "winner": "b", "decided_by": "cost"}
     # cost within tolerance (1%) and quality shown equal: a tie, reasons include both intervals
-    b2 = [row(f"t{i}", i % 5 != 0, 0.00199) for i in range(20)]
+    b2 = [row(f"t{i}", i % 5 != 0, 0.00199) for i in range(100)]
     v, d = _verdict(a, b2)
     assert v["result"] == "tie" and v["winner"] is None and "95% CI" in v["reason"]
+
+
+def test_agreeing_tasks_are_not_a_tie_until_there_are_enough_of_them():
+    """Issue 20: one task x one trial gave 'TIE (95% CI [+0.0000, +0.0000])' and a winner by cost; twenty
+    tasks that all agree gave the same. The paired interval needs evidence for a tie."""
+    for n in (1, 20):
+        a = [row(f"t{i}", i % 5 != 0, 0.002) for i in range(n)]
+        b = [row(f"t{i}", i % 5 != 0, 0.001) for i in range(n)]
+        v, d = _verdict(a, b)
+        assert v["result"] == "inconclusive" and v["winner"] is None, (n, v)
+        lo, hi = d["pass_rate"]["ci95"]
+        assert lo < -0.05 and hi > 0.05
+    one = _verdict([row("t0", True, 0.002)], [row("t0", True, 0.001)])[1]
+    assert one["pass_rate"]["ci95"] == [-1.0, 1.0]
+    assert one["median_usd"]["ci95"] is None and not one["median_usd"]["ci_excludes_zero"]  # no interval from one task
+    assert "about" in _verdict([row("t0", True)], [row("t0", True)])[0]["reason"]
 
 
 def test_a_wide_quality_interval_is_inconclusive_not_a_tie():
@@ -153,7 +171,29 @@ def test_a_wide_quality_interval_is_inconclusive_not_a_tie():
     b3 = [row(f"t{i}", i < 19, 0.002) for i in range(40)]  # a small delta, a wide interval: trials help
     v3, d3 = _verdict(a3, b3)
     assert v3["result"] == "inconclusive" and v3["trials_needed"] > 1 and "trials per task" in v3["reason"]
+    assert v3["lower_bound"] and "at least" in v3["reason"]  # one trial per task: the split is unknown
     assert compare.parameters()["noninferiority_margin"] == 0.05
+    assert compare.parameters()["quality_interval"] == "paired-task-clustered"
+
+
+def test_a_delta_beyond_the_margin_says_what_would_show_it():
+    """15 tasks x 3 trials, b 0.09 worse (one trial lost on 4 tasks): no tie can be shown, no winner yet;
+    the advice is the trials per task that would show the difference at 80% power if it is real."""
+    a = [row(f"t{i}", True, trial=k) for i in range(15) for k in range(3)]
+    b = [row(f"t{i}", not (i < 4 and k == 0), trial=k) for i in range(15) for k in range(3)]
+    v, d = _verdict(a, b)
+    assert v["result"] == "inconclusive" and v["trials_needed"] is None and v["trials_to_detect"] > 3
+    assert f"about {v['trials_to_detect']} trials per task (now 3) would show it at 80% power" in v["reason"]
+
+
+def test_when_tasks_disagree_more_trials_cannot_show_a_tie_but_more_tasks_can():
+    # 10 tasks x 4 trials: b is far better on half the tasks and far worse on the other half, every trial
+    a = [row(f"t{i}", i % 2 == 0, 0.002, trial=k) for i in range(10) for k in range(4)]
+    b = [row(f"t{i}", i % 2 == 1, 0.002, trial=k) for i in range(10) for k in range(4)]
+    v, d = _verdict(a, b)
+    assert d["pass_rate"]["delta"] == 0.0 and v["result"] == "inconclusive"
+    assert v["trials_needed"] is None and v["tasks_needed"] > 10
+    assert "more trials per task cannot show a tie with 10 tasks" in v["reason"]
 
 
 def test_bootstrap_is_deterministic_and_paired_by_task():
@@ -241,7 +281,8 @@ def test_variant_mode_scores_deltas_and_winner(tmp_path):
                                           for i in range(8)))
     r = run_variants(variant_a=EX / "variant_a.yaml", variant_b=EX / "variant_b.yaml", tasks_path=tasks)
     assert r["verdict"]["result"] == "winner" and r["verdict"]["winner"] == "plain"
-    assert r["delta"]["pass_rate"]["ci95"] == [-1.0, -1.0]
+    lo, hi = r["delta"]["pass_rate"]["ci95"]  # 8 of 8 tasks lost: paired, t(7), never a zero-width interval
+    assert lo == -1.0 and -0.5 < hi < -0.2 and r["delta"]["pass_rate"]["method"] == "paired-task-clustered"
     r = run_variants(variant_a=EX / "variant_a.yaml", variant_b=EX / "variant_b.yaml", tasks_path=tasks,
                      scorer="none")
     assert r["verdict"]["result"] == "tie" and r["a"]["pass_rate"] is None
@@ -297,3 +338,60 @@ def test_an_unscored_suite_needs_no_expected_answers(tmp_path):
     (tmp_path / "c.yaml").write_text("tasks:\n  - {id: a, input: x, expected: y}\n  - {id: b, input: write a haiku}\n")
     with pytest.raises(SpecError, match=r"c\.yaml:3: tasks\[1\]\.expected: required with scorer 'contains'"):
         load_suite(tmp_path / "c.yaml")
+
+
+# -- artifacts of earlier releases -----------------------------------------------------------------
+
+LEGACY = Path(__file__).resolve().parent / "data" / "ab_legacy"
+
+
+def test_artifacts_made_before_the_paired_interval_still_verify(tmp_path):
+    """tests/data/ab_legacy: three artifacts made by the previous release (bootstrap intervals, among them
+    the single-sample 'WINNER by cost' of issue 20). verify rebuilds each by the rule its parameters name."""
+    import shutil
+
+    from evalfarm.ab.harness import verify
+
+    state = tmp_path / "state"
+    shutil.copytree(LEGACY, state)
+    os.chmod(state / "audit", 0o700)
+    os.chmod(state / "audit" / "chain.key", 0o600)
+    paths = sorted((state / "reports" / "eval_ab").glob("[0-9a-f]*.json"))
+    assert len(paths) == 3
+    verdicts = {}
+    for path in paths:
+        result = verify(path, ledger=state / "ab" / "ledger.jsonl", audit_dir=state / "audit")
+        assert result.ok, result.checks
+        art = json.loads(path.read_bytes())
+        assert compare.is_legacy(art["parameters"])
+        verdicts[art["suite"]["tasks"]] = art["verdict"]
+    assert verdicts[1]["result"] == "winner" and verdicts[1]["decided_by"] == "cost"  # what users have today
+    assert verdicts[40]["trials_needed"] == 13
+
+    # the same rows under today's rule: the single sample is no longer a winner, let alone a tie
+    one = json.loads(next(p for p in paths if json.loads(p.read_bytes())["suite"]["tasks"] == 1).read_bytes())
+    index = ledger.load(state / "ab" / "ledger.jsonl")
+    rows = {a: [(ref, index[ref].data) for ref in one["arms"][a]["ledger_rows"]] for a in one["arm_order"]}
+    now = build(header_of(one), rows)
+    assert now["verdict"]["result"] == "inconclusive" and now["comparisons"][0]["deltas"]["pass_rate"]["ci95"] == [-1.0, 1.0]
+
+
+def test_an_edited_interval_method_does_not_verify(tmp_path):
+    res = run_suite(suite_path=EX / "suite.yaml", arm_a="balanced", arm_b="terse", trials=2,
+                    executor=SyntheticExecutor(), ledger=tmp_path / "l.jsonl", reports_dir=tmp_path / "r",
+                    audit_dir=tmp_path / "a", run_spec=inprocess)
+    art = res.artifact
+    from evalfarm.stats.paired import METHOD
+    assert art["parameters"]["quality_interval"] == compare.QUALITY_INTERVAL == METHOD
+    assert art["comparisons"][0]["deltas"]["pass_rate"]["method"] == "paired-task-clustered"
+    assert art["comparisons"][0]["deltas"]["median_usd"]["method"] == "task-cluster-bootstrap"
+    index = ledger.load(tmp_path / "l.jsonl")
+    assert verify_rows(art, index) == ([], art)
+    dropped = json.loads(res.data)
+    del dropped["parameters"]["quality_interval"]  # pretend it was made by the bootstrap rule
+    problems, _ = verify_rows(dropped, index)
+    assert "comparisons: the artifact's figures differ from those recomputed from the ledger rows" in problems
+    from evalfarm.ab.artifact import shape_problem
+    renamed = json.loads(res.data)
+    renamed["parameters"]["quality_interval"] = "wald"
+    assert "parameters.quality_interval: unknown method" in shape_problem(renamed)

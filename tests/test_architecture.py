@@ -11,7 +11,7 @@ from pathlib import Path
 from conftest import ROOT, env_for
 
 PKG = ROOT / "evalfarm"
-CORE = ("evalfarm.spec", "evalfarm.core", "evalfarm.engine")
+CORE = ("evalfarm.spec", "evalfarm.core", "evalfarm.engine", "evalfarm.stats")
 FARM = ("evalfarm.executors", "celery", "kombu", "redis")
 
 

@@ -88,3 +88,37 @@ def test_single_adapter_runs_pair_across_models_and_disjoint_runs_say_so():
     multi = compare_cases(report("A", [("x", "q", [True]), ("y", "q", [True])]),
                           report("B", [("z", "q", [True]), ("w", "q", [True])]))
     assert multi["shared"] == 0 and multi["note"]
+
+
+def test_the_pass_rate_change_has_a_paired_case_clustered_interval():
+    """Issue 20: the default interval in diff is the paired, task-clustered one, and it says so."""
+    rows_a = [("m", f"c{i}", [True, True]) for i in range(30)]
+    rows_b = [("m", f"c{i}", [i >= 12, i >= 12]) for i in range(30)]  # 12 of 30 cases now fail both trials
+    c = compare_cases(report("A", rows_a), report("B", rows_b))
+    p = c["pass_rate"]
+    assert p["method"] == "paired-task-clustered" and p["cases"] == 30 and p["confidence"] == 0.95
+    assert p["delta"] == -0.4 and p["ci"][1] < 0 and p["direction"] == "a" and p["excludes_zero"]
+    assert c["per_adapter"]["m"]["pass_rate"]["ci"] == p["ci"]
+    assert any("delta -0.4000" in line and "(paired, clustered by case): b is worse" in line for line in describe_cases(c))
+    # one shared case that passes on both sides: an interval of [-1, 1], never [0, 0]
+    one = compare_cases(report("A", [("m", "x", [True])]), report("B", [("m", "x", [True])]))
+    assert one["pass_rate"]["ci"] == [-1.0, 1.0] and one["pass_rate"]["direction"] is None
+    assert any("no difference shown" in line for line in describe_cases(one))
+    # errored trials are left out; a case with no measured trial on one side drops out
+    mixed = compare_cases(report("A", [("m", "x", [True, None]), ("m", "y", [None]), ("m", "z", [False])]),
+                          report("B", [("m", "x", [False, True]), ("m", "y", [True]), ("m", "z", [True])]))
+    assert mixed["pass_rate"]["cases"] == 2 and mixed["pass_rate"]["rate_a"] == 0.5
+    none = compare_cases(report("A", [("m", "y", [None])]), report("B", [("m", "y", [True])]))
+    assert none["pass_rate"] == {"method": "paired-task-clustered", "measured": False, "cases": 0}
+
+
+def test_a_case_run_by_two_adapters_is_one_cluster():
+    """Two adapters on the same cases: the overall interval counts cases, not (adapter, case) pairs."""
+    rows = lambda passed: [(ad, f"c{i}", [passed(i)]) for ad in ("x", "y") for i in range(10)]  # noqa: E731
+    c = compare_cases(report("A", rows(lambda i: True)), report("B", rows(lambda i: i >= 3)))
+    assert c["pass_rate"]["cases"] == 10 and c["per_adapter"]["x"]["pass_rate"]["cases"] == 10
+    from evalfarm.stats import paired_interval
+    as_if_independent = paired_interval({(ad, i): [1.0] for ad in "xy" for i in range(10)},
+                                        {(ad, i): [float(i >= 3)] for ad in "xy" for i in range(10)})
+    lo, hi = c["pass_rate"]["ci"]
+    assert hi - lo > as_if_independent.hi - as_if_independent.lo  # the same evidence is not counted twice

@@ -36,16 +36,20 @@ def build(header: dict[str, Any], rows_by_arm: dict[str, list[tuple[str, dict[st
         meta = header["arms"][arm]
         arms[arm] = {"profile": meta["profile"], "role": meta["role"], "addendum_sha256": meta["addendum_sha256"],
                      "ledger_rows": [ref for ref, _ in rows_by_arm[arm]], **compare.arm_figures(rows_only[arm])}
+    legacy = compare.is_legacy(parameters)
     comparisons = []
     for pair in header["pairs"]:
         a, b = pair["a"], pair["b"]
-        comparisons.append({**pair, "deltas": compare.compare_arms(a, rows_only[a], arms[a], b, rows_only[b], arms[b])})
+        comparisons.append({**pair, "deltas": compare.compare_arms(a, rows_only[a], arms[a], b, rows_only[b], arms[b],
+                                                                   legacy)})
     honest = next(c for c in comparisons if c["honest"])
+    ha, hb = honest["a"], honest["b"]
     out = {k: header[k] for k in HEADER_KEYS}
     out.update(arms=arms, comparisons=comparisons, parameters=parameters,
-               verdict={"a": honest["a"], "b": honest["b"],
-                        **compare.verdict(honest["a"], arms[honest["a"]], honest["b"], arms[honest["b"]],
-                                          honest["deltas"], parameters.get("noninferiority_margin"))})
+               verdict={"a": ha, "b": hb,
+                        **compare.verdict(ha, arms[ha], hb, arms[hb], honest["deltas"],
+                                          parameters.get("noninferiority_margin"),
+                                          None if legacy else (rows_only[ha], rows_only[hb]))})
     return out
 
 
@@ -150,6 +154,8 @@ def shape_problem(art: dict[str, Any]) -> str | None:
     if params is not None and (not isinstance(params, dict) or not (
             margin is None or (isinstance(margin, (int, float)) and not isinstance(margin, bool)))):
         return "parameters: expected an object whose noninferiority_margin is a number"
+    if isinstance(params, dict) and "quality_interval" in params and params["quality_interval"] != compare.QUALITY_INTERVAL:
+        return f"parameters.quality_interval: unknown method (this evalfarm computes {compare.QUALITY_INTERVAL!r})"
     return None
 
 

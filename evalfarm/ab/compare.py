@@ -1,21 +1,28 @@
-"""Pure statistics for A/B comparisons: per-arm figures, paired deltas, bootstrap intervals, verdicts.
+"""Pure statistics for A/B comparisons: per-arm figures, paired deltas and their intervals, verdicts.
 
 Everything here is a function of ledger rows (dicts) and fixed parameters, so a verifier
 holding the rows recomputes the same numbers bit for bit:
 
 - per arm: runs, tasks, medians of per-run tokens and USD, the USD total (``math.fsum`` in
   row order), passes and pass rate, and structured ``not_measured`` entries;
-- per pair (b minus a): the delta of pass rate, median USD and median tokens, each with a
-  95% percentile bootstrap interval over tasks (paired: a resample draws tasks, both arms'
-  runs on those tasks come along), ``BOOTSTRAP_RESAMPLES`` resamples from
-  ``random.Random(BOOTSTRAP_SEED)``;
+- per pair (b minus a): the delta of pass rate, median USD and median tokens, each with a 95%
+  interval that treats the task as the unit (both arms ran the same tasks): for the pass rate
+  the paired, task-clustered interval of ``evalfarm.stats`` (Miller 2024, with Student's t over
+  tasks and a Bonett-Price adjustment, so one task or unanimous tasks never give a zero-width
+  interval); for the medians a percentile bootstrap over tasks (a resample draws tasks, both
+  arms' runs on them come along), ``BOOTSTRAP_RESAMPLES`` resamples from
+  ``random.Random(BOOTSTRAP_SEED)``, and no interval at all from a single task;
 - the verdict: quality first (pass-rate delta beyond ``QUALITY_TOLERANCE`` *and* its interval
   excludes zero). A quality *tie* needs evidence: the delta's whole interval inside the
   non-inferiority margin (``NONINFERIORITY_MARGIN``, recorded in the artifact); a wider interval
-  is ``inconclusive``, with the trials per task that would be needed. Only a proven quality tie
-  lets cost decide (median-USD delta beyond ``COST_TOLERANCE`` of the larger median *and* its
-  interval excludes zero), otherwise ``tie``. A winner needs cost and quality measured for both
-  honest arms; else ``incomparable``.
+  is ``inconclusive``, with the trials per task (or the tasks) that would be needed. Only a proven
+  quality tie lets cost decide (median-USD delta beyond ``COST_TOLERANCE`` of the larger median
+  *and* its interval excludes zero), otherwise ``tie``. A winner needs cost and quality measured
+  for both honest arms; else ``incomparable``.
+
+The artifact's ``parameters`` name the methods (``quality_interval``, ``median_interval``).
+Artifacts made before them (no ``quality_interval``) used a bootstrap for the pass rate too, and
+are rebuilt by that rule (``legacy``), so they still verify.
 """
 from __future__ import annotations
 
@@ -30,6 +37,8 @@ QUALITY_TOLERANCE = 0.02  # absolute pass-rate difference treated as equal
 NONINFERIORITY_MARGIN = 0.05
 COST_TOLERANCE = 0.02  # relative median-USD difference treated as equal
 DIGITS = 10
+QUALITY_INTERVAL = "paired-task-clustered"  # evalfarm.stats.paired.METHOD
+MEDIAN_INTERVAL = "task-cluster-bootstrap"
 
 
 def rnd(x: float | None) -> float | None:
@@ -152,8 +161,41 @@ def bootstrap_delta(a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]], 
     return rnd(lo), rnd(hi)  # type: ignore[return-value]
 
 
+def by_task(rows: list[dict[str, Any]], name: str = "pass_rate") -> dict[str, list[Any]]:
+    """Each task's per-run values of a statistic, in row order."""
+    value = STATS[name][0]
+    out: dict[str, list[Any]] = {}
+    for r in rows:
+        out.setdefault(r["task"], []).append(value(r))
+    return out
+
+
+def quality_interval(a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]]):
+    """The paired, task-clustered 95% interval of pass rate b minus a (``evalfarm.stats``)."""
+    from ..stats.paired import paired_interval
+
+    return paired_interval(by_task(a_rows), by_task(b_rows))
+
+
+def _interval(a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]], name: str,
+              legacy: bool) -> dict[str, Any]:
+    if legacy:  # an artifact made before the paired interval: rebuilt by its own rule
+        lo, hi = bootstrap_delta(a_rows, b_rows, name)
+        return {"ci95": [lo, hi], "ci_excludes_zero": lo > 0 or hi < 0}
+    if STATS[name][1] == "mean":
+        iv = quality_interval(a_rows, b_rows)
+        lo, hi = rnd(iv.lo), rnd(iv.hi)
+        return {"ci95": [lo, hi], "ci_excludes_zero": lo > 0 or hi < 0, "method": QUALITY_INTERVAL,
+                "se": rnd(iv.se), "tasks": iv.tasks}
+    tasks = len(set(by_task(a_rows, name)) & set(by_task(b_rows, name)))
+    if tasks < 2:  # every resample of one task is that task: an "interval" of one point
+        return {"ci95": None, "ci_excludes_zero": False, "method": MEDIAN_INTERVAL, "tasks": tasks}
+    lo, hi = bootstrap_delta(a_rows, b_rows, name)
+    return {"ci95": [lo, hi], "ci_excludes_zero": lo > 0 or hi < 0, "method": MEDIAN_INTERVAL, "tasks": tasks}
+
+
 def compare_arms(a: str, a_rows: list[dict[str, Any]], fa: dict[str, Any], b: str, b_rows: list[dict[str, Any]],
-                 fb: dict[str, Any]) -> dict[str, Any]:
+                 fb: dict[str, Any], legacy: bool = False) -> dict[str, Any]:
     """Deltas b minus a, each with its interval, or a structured not_measured entry."""
     deltas: dict[str, Any] = {}
     measured = {"quality": "quality_measured", "cost": "cost_measured", "tokens": "tokens_measured"}
@@ -163,10 +205,59 @@ def compare_arms(a: str, a_rows: list[dict[str, Any]], fa: dict[str, Any], b: st
             deltas[name] = {"not_measured": {"axis": axis, "arms": missing}}
             continue
         va, vb = stat(name, a_rows), stat(name, b_rows)
-        lo, hi = bootstrap_delta(a_rows, b_rows, name)
         deltas[name] = {"a": rnd(va), "b": rnd(vb), "delta": rnd(vb - va),  # type: ignore[operator]
-                        "ci95": [lo, hi], "ci_excludes_zero": lo > 0 or hi < 0}
+                        **_interval(a_rows, b_rows, name, legacy)}
     return deltas
+
+
+def needed_for_tie(a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]], delta: float,
+                   margin: float, vary_trials: bool = True) -> dict[str, Any]:
+    """How much more data the pass-rate interval would need to fit inside +-margin if the observed
+    delta and variance held: trials per task (same tasks; unless ``vary_trials`` is False), else
+    tasks (same trials); None where no amount would do. ``lower_bound``: one trial per task, so
+    task-to-task variation could not be told from trial noise and the trial count is a minimum.
+    When the delta is at or beyond the margin no tie can be shown; ``trials_to_detect`` is then the
+    trials per task at which the observed delta, if real, would be detected at 80% power."""
+    from ..stats.power import half_width, observed_variance, power, smallest
+
+    a_by, b_by = by_task(a_rows), by_task(b_rows)
+    tasks = len(set(a_by) & set(b_by))
+    trials = min(min(len(a_by[t]), len(b_by[t])) for t in a_by if t in b_by) if tasks else 1
+    out: dict[str, Any] = {"trials_needed": None, "tasks_needed": None, "lower_bound": False}
+    if not tasks:
+        return out
+    variance = observed_variance(a_by, b_by)  # from fewer than 2 tasks: the worst case for pass/fail
+    out["lower_bound"] = not variance.separated
+    out["variance"] = variance.source
+    if abs(delta) >= margin:  # no tie to show; a winner, if the difference is real and trials can show it
+        if tasks >= 2 and vary_trials and delta != 0:
+            out["trials_to_detect"] = smallest(
+                lambda k: power(tasks, k, variance=variance).mdd <= abs(delta), start=trials + 1, limit=100_000)
+        return out
+
+    def fits(n: int, k: int) -> bool:
+        return abs(delta) * n / (n + 2.0 / k) + half_width(n, k, variance) <= margin
+
+    if tasks >= 2 and vary_trials:
+        out["trials_needed"] = smallest(lambda k: fits(tasks, k), start=trials + 1, limit=100_000)
+    if out["trials_needed"] is None:
+        out["tasks_needed"] = smallest(lambda n: fits(n, trials), start=max(2, tasks + 1), limit=1_000_000)
+    return out
+
+
+def more_data(need: dict[str, Any], trials: int, tasks: int, unit: str = "trials per task") -> str:
+    """The inconclusive verdict's advice, in words."""
+    if need["trials_needed"] is not None:
+        least = "at least " if need["lower_bound"] else "about "
+        return f"{least}{need['trials_needed']} {unit} (now {trials}) would be needed to show a tie"
+    if need["tasks_needed"] is not None:
+        what = f"more trials per task cannot show a tie with {tasks} tasks; " if tasks >= 2 else ""
+        worst = " (at the worst-case variance: one task shows none)" if need.get("variance") == "assumed" else ""
+        return f"{what}about {need['tasks_needed']} tasks would be needed to show a tie{worst}"
+    detect = need.get("trials_to_detect")
+    more = (f"; if it is real, about {detect} trials per task (now {trials}) would show it at 80% power"
+            if detect else "")
+    return f"the observed delta is at or beyond the margin: more trials would not show a tie{more}"
 
 
 def trials_needed(ci: list[float], delta: float, trials: int, margin: float) -> int | None:
@@ -179,10 +270,17 @@ def trials_needed(ci: list[float], delta: float, trials: int, margin: float) -> 
     return max(trials + 1, math.ceil(trials * (half / room) ** 2))
 
 
+def _ci(ci: list[float] | None) -> str:
+    return "no interval from one task" if ci is None else f"95% CI [{ci[0]:+.8f}, {ci[1]:+.8f}]"
+
+
 def verdict(a: str, fa: dict[str, Any], b: str, fb: dict[str, Any], deltas: dict[str, Any],
-            margin: float | None = NONINFERIORITY_MARGIN) -> dict[str, Any]:
+            margin: float | None = NONINFERIORITY_MARGIN,
+            rows: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """Winner, tie, inconclusive or incomparable for the honest pair (a, b). ``margin`` None is the
-    rule of artifacts made before the non-inferiority margin (a quality tie without evidence)."""
+    rule of artifacts made before the non-inferiority margin (a quality tie without evidence).
+    ``rows`` (a's and b's): the advice of an inconclusive verdict comes from their variance;
+    without them (artifacts made before the paired interval) from the interval's width."""
     missing = [{"arm": arm, "axis": axis, **f["not_measured"][axis]}
                for arm, f in ((a, fa), (b, fb)) for axis in ("cost", "quality") if axis in f["not_measured"]]
     if missing:
@@ -198,11 +296,15 @@ def verdict(a: str, fa: dict[str, Any], b: str, fb: dict[str, Any], deltas: dict
     ci = q["ci95"]
     if margin is not None and not (-margin <= ci[0] and ci[1] <= margin):
         trials = max(1, round(fb["runs"] / fb["tasks"])) if fb.get("tasks") else 1
-        need = trials_needed(ci, q["delta"], trials, margin)
-        more = (f"about {need} trials per task (now {trials}) would be needed to show a tie" if need else
-                "the observed delta is at or beyond the margin: more trials would not show a tie")
-        return {"result": "inconclusive", "winner": None, "decided_by": None, "not_measured": [],
-                "trials_needed": need,
+        if rows is None:
+            need = trials_needed(ci, q["delta"], trials, margin)
+            more = (f"about {need} trials per task (now {trials}) would be needed to show a tie" if need else
+                    "the observed delta is at or beyond the margin: more trials would not show a tie")
+            extra: dict[str, Any] = {"trials_needed": need}
+        else:
+            extra = needed_for_tie(rows[0], rows[1], q["delta"], margin)
+            more = more_data(extra, trials, fb.get("tasks") or 0)
+        return {"result": "inconclusive", "winner": None, "decided_by": None, "not_measured": [], **extra,
                 "reason": f"quality not shown equal: pass-rate delta {q['delta']:+.4f}, 95% CI [{ci[0]:+.4f}, "
                           f"{ci[1]:+.4f}] is not inside the non-inferiority margin +-{margin:g}; {more}"}
     scale = max(abs(c["a"]), abs(c["b"]))
@@ -211,15 +313,21 @@ def verdict(a: str, fa: dict[str, Any], b: str, fb: dict[str, Any], deltas: dict
         return {"result": "winner", "winner": win, "decided_by": "cost", "not_measured": [],
                 "reason": f"quality tie (pass-rate delta {q['delta']:+.4f}, 95% CI [{q['ci95'][0]:+.4f}, "
                           f"{q['ci95'][1]:+.4f}]); median cost {c['b']:.8f} vs {c['a']:.8f} USD "
-                          f"(delta {c['delta']:+.8f}, 95% CI [{c['ci95'][0]:+.8f}, {c['ci95'][1]:+.8f}])"}
+                          f"(delta {c['delta']:+.8f}, {_ci(c['ci95'])})"}
     return {"result": "tie", "winner": None, "decided_by": None, "not_measured": [],
             "reason": f"pass-rate delta {q['delta']:+.4f} (95% CI [{q['ci95'][0]:+.4f}, {q['ci95'][1]:+.4f}]) and "
-                      f"median-cost delta {c['delta']:+.8f} USD (95% CI [{c['ci95'][0]:+.8f}, "
-                      f"{c['ci95'][1]:+.8f}]) are within tolerance or their intervals include zero"}
+                      f"median-cost delta {c['delta']:+.8f} USD ({_ci(c['ci95'])}) are within tolerance or their "
+                      "intervals include zero"}
 
 
 def parameters() -> dict[str, Any]:
-    """The fixed parameters, recorded in every artifact."""
+    """The fixed parameters, recorded in every artifact: the methods, by name, among them."""
     return {"bootstrap_seed": BOOTSTRAP_SEED, "bootstrap_resamples": BOOTSTRAP_RESAMPLES, "ci": 0.95,
             "quality_tolerance": QUALITY_TOLERANCE, "cost_tolerance_relative": COST_TOLERANCE,
-            "noninferiority_margin": NONINFERIORITY_MARGIN, "aggregate": "median"}
+            "noninferiority_margin": NONINFERIORITY_MARGIN, "aggregate": "median",
+            "quality_interval": QUALITY_INTERVAL, "median_interval": MEDIAN_INTERVAL}
+
+
+def is_legacy(params: dict[str, Any]) -> bool:
+    """Parameters of an artifact made before the paired interval (a bootstrap for the pass rate too)."""
+    return "quality_interval" not in params

@@ -359,27 +359,29 @@ def run_prepared_variants(p: PreparedVariants, how: Execution = Execution()) -> 
         return result
     rows_a = [{"task": t.id, "passed": scores[("a", t.id)] == 1.0} for t in tasks]
     rows_b = [{"task": t.id, "passed": scores[("b", t.id)] == 1.0} for t in tasks]
-    lo, hi = compare.bootstrap_delta(rows_a, rows_b, "pass_rate")
+    iv = compare.quality_interval(rows_a, rows_b)  # paired by task, one trial each
+    lo, hi = compare.rnd(iv.lo), compare.rnd(iv.hi)
     delta = compare.rnd((fb["passes"] - fa["passes"]) / len(tasks))
-    excludes = lo > 0 or hi < 0
+    excludes = lo > 0 or hi < 0  # type: ignore[operator]
     result["delta"] = {"pass_rate": {"a": fa["pass_rate"], "b": fb["pass_rate"], "delta": delta, "ci95": [lo, hi],
-                                     "ci_excludes_zero": excludes},
+                                     "ci_excludes_zero": excludes, "method": compare.QUALITY_INTERVAL,
+                                     "tasks": iv.tasks},
                        "mean_score": compare.rnd(sum(x["delta"] for x in per_task) / len(tasks))}
     ci = f"95% CI [{lo:+.4f}, {hi:+.4f}]"
+    margin = compare.NONINFERIORITY_MARGIN
     if abs(delta) > compare.QUALITY_TOLERANCE and excludes:  # type: ignore[arg-type]
         win = fb["name"] if delta > 0 else fa["name"]  # type: ignore[operator]
         result["verdict"] = {"result": "winner", "winner": win,
                              "reason": f"pass rate {fb['pass_rate']:.4f} vs {fa['pass_rate']:.4f} "
                                        f"(delta {delta:+.4f}, {ci})"}
-    elif -compare.NONINFERIORITY_MARGIN <= lo and hi <= compare.NONINFERIORITY_MARGIN:
+    elif -margin <= lo and hi <= margin:  # type: ignore[operator]
         result["verdict"] = {"result": "tie", "winner": None,
                              "reason": f"pass-rate delta {delta:+.4f}, {ci} inside the non-inferiority margin "
-                                       f"+-{compare.NONINFERIORITY_MARGIN:g}"}
-    else:  # a tie needs evidence: the interval must lie inside the margin
-        need = compare.trials_needed([lo, hi], delta, len(tasks), compare.NONINFERIORITY_MARGIN)  # type: ignore[arg-type]
-        more = f"about {need} tasks (now {len(tasks)}) would be needed to show a tie" if need else \
-            "the observed delta is at or beyond the margin"
-        result["verdict"] = {"result": "inconclusive", "winner": None, "tasks_needed": need,
+                                       f"+-{margin:g}"}
+    else:  # a tie needs evidence: the interval must lie inside the margin; variant mode runs one trial per task
+        need = compare.needed_for_tie(rows_a, rows_b, delta, margin, vary_trials=False)  # type: ignore[arg-type]
+        more = compare.more_data(need, 1, len(tasks))
+        result["verdict"] = {"result": "inconclusive", "winner": None, "tasks_needed": need["tasks_needed"],
                              "reason": f"pass-rate delta {delta:+.4f}, {ci} is not inside the non-inferiority margin "
-                                       f"+-{compare.NONINFERIORITY_MARGIN:g}: {more}"}
+                                       f"+-{margin:g}: {more}"}
     return result

@@ -11,6 +11,14 @@ regressed (pass -> fail), fixed (fail -> pass) or still broken (fail -> fail),
 and McNemar's paired test on the discordant pairs (regressed vs fixed) says
 whether the change in pass rate is statistically meaningful: the exact binomial
 test below 25 discordant pairs, the continuity-corrected chi-square above.
+
+The headline figure is the change in *pass rate* (per trial, every shared case weighing the
+same) with its paired, task-clustered interval (``evalfarm.stats.paired_interval``: the case is
+the unit, its trials are clustered in it; Student's t over cases and a Bonett-Price adjustment,
+so one case never gives a zero-width interval), overall (a case run by several adapters is one
+cluster: its difficulty is shared) and per adapter, at level 1 - alpha.
+McNemar's test stays beside it: it answers a different question (did case verdicts, pass^k,
+move), and a run with one trial per case gets the same answer from both.
 """
 from __future__ import annotations
 
@@ -81,12 +89,45 @@ def _delta(x: float | None, y: float | None) -> float | None:
 
 # --- cases -------------------------------------------------------------------------------------------
 
-def case_verdicts(report: dict[str, Any]) -> dict[tuple[str, str], bool | None]:
-    """(adapter, prompt id) -> pass^k verdict over the case's trials (core.verdict.case_verdict)."""
+def case_trials(report: dict[str, Any]) -> dict[tuple[str, str], list[bool | None]]:
+    """(adapter, prompt id) -> the verdicts of the case's trials, in report order."""
     trials: dict[tuple[str, str], list[bool | None]] = {}
     for o in report.get("outcomes") or []:
         trials.setdefault((o["adapter"], o["prompt_id"]), []).append(item_passed(o))
-    return {case: case_verdict(v) for case, v in trials.items()}
+    return trials
+
+
+def pass_rate_interval(pairs: list[tuple[str, list[bool | None], list[bool | None]]], alpha: float) -> dict[str, Any]:
+    """The paired, task-clustered interval of the pass-rate change (b minus a) over cases: each of
+    ``pairs`` is (case, a's trial verdicts, b's). A case is one cluster whatever adapters ran it
+    (its difficulty is shared); errored trials are left out, and a case without a measured trial
+    on either side with them."""
+    from ..stats.paired import ADJUSTMENT, METHOD, paired_interval
+
+    a: dict[str, list[float]] = {}
+    b: dict[str, list[float]] = {}
+    for case, ta, tb in pairs:
+        a.setdefault(case, []).extend(float(v) for v in ta if v is not None)
+        b.setdefault(case, []).extend(float(v) for v in tb if v is not None)
+    a = {c: v for c, v in a.items() if v and b[c]}
+    b = {c: b[c] for c in a}
+    if not a:
+        return {"method": METHOD, "measured": False, "cases": 0}
+    iv = paired_interval(a, b, confidence=min(1.0 - alpha, 1.0 - 1e-12))  # an alpha of 1e-17 is 1.0 in floats
+    lo, hi = _r6(iv.lo), _r6(iv.hi)
+
+    def rate(arm: dict[str, list[float]]) -> float | None:  # every case weighing the same, as the interval
+        return _r6(math.fsum(math.fsum(v) / len(v) for v in arm.values()) / len(arm))
+
+    return {"method": METHOD, "adjustment": ADJUSTMENT, "measured": True, "cases": iv.tasks,
+            "confidence": _r6(1.0 - alpha), "rate_a": rate(a), "rate_b": rate(b),
+            "delta": _r6(iv.delta), "ci": [lo, hi], "excludes_zero": lo > 0 or hi < 0,  # type: ignore[operator]
+            "direction": "b" if lo > 0 else "a" if hi < 0 else None}  # type: ignore[operator]
+
+
+def case_verdicts(report: dict[str, Any]) -> dict[tuple[str, str], bool | None]:
+    """(adapter, prompt id) -> pass^k verdict over the case's trials (core.verdict.case_verdict)."""
+    return {case: case_verdict(v) for case, v in case_trials(report).items()}
 
 
 def case_pairing(a: dict[str, Any], b: dict[str, Any]) -> dict[str, str] | None:
@@ -122,8 +163,10 @@ def mcnemar(regressed: int, fixed: int) -> dict[str, Any]:
 
 def compare_cases(a: dict[str, Any], b: dict[str, Any], alpha: float = 0.05) -> dict[str, Any]:
     """Classify the shared cases of a (before) and b (after) and test the change in pass rate."""
-    va, vb = case_verdicts(a), case_verdicts(b)
+    ta, tb = case_trials(a), case_trials(b)
+    va, vb = {c: case_verdict(v) for c, v in ta.items()}, {c: case_verdict(v) for c, v in tb.items()}
     pairing = case_pairing(a, b)
+    trial_pairs: dict[str, list[tuple[str, list[bool | None], list[bool | None]]]] = {}
     classes: dict[str, list[dict[str, str]]] = {c: [] for c in CLASSES}
     unmeasured: list[dict[str, str]] = []
     per_adapter: dict[str, dict[str, Any]] = {}
@@ -135,6 +178,7 @@ def compare_cases(a: dict[str, Any], b: dict[str, Any], alpha: float = 0.05) -> 
         if key_b not in vb:
             continue
         paired_b.add(key_b)
+        trial_pairs.setdefault(adapter, []).append((case, ta[(adapter, case)], tb[key_b]))
         after = vb[key_b]
         row = {"adapter": adapter, "case": case}
         if pairing[adapter] != adapter:
@@ -152,6 +196,7 @@ def compare_cases(a: dict[str, Any], b: dict[str, Any], alpha: float = 0.05) -> 
     for adapter, counts in per_adapter.items():
         counts["mcnemar"] = _significance(counts["regressed"], counts["fixed"], counts["shared"] - counts["unmeasured"],
                                           counts["stable"], alpha)
+        counts["pass_rate"] = pass_rate_interval(trial_pairs[adapter], alpha)
     only_a = sorted(f"{x}/{c}" for (x, c) in va if pairing is None or x not in pairing or (pairing[x], c) not in vb)
     only_b = sorted(f"{x}/{c}" for (x, c) in vb if (x, c) not in paired_b)
     return {
@@ -161,6 +206,7 @@ def compare_cases(a: dict[str, Any], b: dict[str, Any], alpha: float = 0.05) -> 
         "per_adapter": per_adapter,
         "mcnemar": _significance(len(classes["regressed"]), len(classes["fixed"]), measured,
                                  len(classes["stable"]), alpha),
+        "pass_rate": pass_rate_interval([p for pairs in trial_pairs.values() for p in pairs], alpha),
         "note": None if measured + len(unmeasured) else "the runs share no cases: nothing to compare case by case",
     }
 
@@ -189,6 +235,13 @@ def describe_cases(cases: dict[str, Any], limit: int = 20) -> list[str]:
             names = ", ".join(f"{r['adapter']}/{r['case']}" for r in rows[:limit])
             more = f" ... and {len(rows) - limit} more" if len(rows) > limit else ""
             lines.append(f"  {label}: {names}{more}")
+    p = cases.get("pass_rate") or {}
+    if p.get("measured"):
+        told = {"b": "b is better", "a": "b is worse", None: "no difference shown"}[p["direction"]]
+        lines.append(f"pass rate per trial on {p['cases']} shared case{'' if p['cases'] == 1 else 's'} "
+                     f"{p['rate_a'] * 100:.1f}% -> "
+                     f"{p['rate_b'] * 100:.1f}%: delta {p['delta']:+.4f}, {p['confidence'] * 100:g}% CI "
+                     f"[{p['ci'][0]:+.4f}, {p['ci'][1]:+.4f}] (paired, clustered by case): {told}")
     m = cases["mcnemar"]
     if cases["measured"] and not m["discordant"]:
         lines.append(f"pass rate on shared cases {m['pass_rate_a'] * 100:.1f}% -> {m['pass_rate_b'] * 100:.1f}%: "

@@ -97,7 +97,8 @@ def _print_suite(res) -> None:
             if "not_measured" in d:
                 parts.append(f"{name}: not measured")
             else:
-                parts.append(f"{name} {d['delta']:+.6g} [{d['ci95'][0]:+.6g}, {d['ci95'][1]:+.6g}]")
+                ci = d["ci95"]
+                parts.append(f"{name} {d['delta']:+.6g} " + (f"[{ci[0]:+.6g}, {ci[1]:+.6g}]" if ci else "(no interval)"))
         click.echo(f"{c['b']} vs {c['a']} ({c['label']}): " + "; ".join(parts))
     v = a["verdict"]
     head = {"winner": f"WINNER {v['winner']} (by {v['decided_by']})", "tie": "TIE", "inconclusive": "INCONCLUSIVE",
