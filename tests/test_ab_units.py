@@ -379,7 +379,7 @@ def test_artifacts_made_before_the_paired_interval_still_verify(tmp_path):
 def test_an_edited_interval_method_does_not_verify(tmp_path):
     res = run_suite(suite_path=EX / "suite.yaml", arm_a="balanced", arm_b="terse", trials=2,
                     executor=SyntheticExecutor(), ledger=tmp_path / "l.jsonl", reports_dir=tmp_path / "r",
-                    audit_dir=tmp_path / "a", run_spec=inprocess)
+                    audit_dir=tmp_path / "a")
     art = res.artifact
     from evalfarm.stats.paired import METHOD
     assert art["parameters"]["quality_interval"] == compare.QUALITY_INTERVAL == METHOD
