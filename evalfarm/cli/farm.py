@@ -30,14 +30,10 @@ def report_options(f):
 
 
 def farm(broker: str | None):
-    """The Celery backend for ``broker`` (one clear line when there is none or it is unreachable)."""
-    from ..executors.celery.coordinator import CeleryBackend
-    from ..executors.celery.settings import FarmSettings
+    """The farm's coordinator for ``broker`` (``runs.farm.connect``)."""
+    from ..runs.farm import connect
 
-    if not broker:
-        raise EvalfarmError("this command needs the farm's Redis: pass --broker redis://HOST:6379/0 "
-                            "or set EVALFARM_BROKER_URL")
-    return CeleryBackend(FarmSettings.from_env(broker_url=broker))
+    return connect(broker)
 
 
 def check_report_outputs(state_dir: Path, no_save: bool, output: Path | None) -> None:
@@ -61,9 +57,9 @@ def attach(backend, run_id: str, state_dir: Path, no_save: bool, as_json: bool, 
             backend.wait(run_id, on_progress=bar.update, timeout_s=timeout_s)
         except KeyboardInterrupt:
             still_running(run_id)
-    from ..runs.submit import RunHandle
+    from ..runs.farm import attach as handle
 
-    sys.exit(finish(RunHandle(backend, run_id), state_dir, no_save, as_json, output))
+    sys.exit(finish(handle(backend, run_id), state_dir, no_save, as_json, output))
 
 
 def still_running(run_id: str) -> None:

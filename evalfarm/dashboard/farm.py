@@ -22,24 +22,22 @@ RATE_WINDOW_S = 30.0
 
 
 def _farm():
-    from ..executors.celery.app import QUEUES
-    from ..executors.celery.broker_scan import PRIORITY_SEP
-    from ..executors.celery.store import RUNS_INDEX
-    from ..executors.store import COST_SCALE
+    from ..runs.farm import layout
 
-    return QUEUES, PRIORITY_SEP, COST_SCALE, RUNS_INDEX
+    farm = layout()
+    return farm.queues, farm.priority_sep, farm.cost_scale, farm.runs_index
 
 
 def redis_client(url: str):
     """A redis-py client for the farm's Redis that fails fast, so a page never hangs."""
-    from ..executors.celery.redis_tls import fail_fast_client
+    from ..runs.farm import redis_client as client
 
-    return fail_fast_client(url)
+    return client(url)
 
 
 def check_broker(url: str | None) -> str | None:
     """``--broker``: a Redis URL whose database is a number, or None."""
-    from ..executors.celery.settings import check_redis_url
+    from ..runs.farm import check_redis_url
 
     if url is None:
         return None
@@ -201,8 +199,9 @@ class FarmView:
                                 for a in static["adapters"]]}
 
     def _workers(self, r, now: float) -> list[dict[str, Any]]:
-        from ..executors.celery.heartbeat import KEY_PREFIX
+        from ..runs.farm import layout
 
+        KEY_PREFIX = layout().heartbeat_prefix
         keys = sorted(r.scan_iter(match=f"{KEY_PREFIX}*", count=500))[:500]
         if not keys:
             return []
