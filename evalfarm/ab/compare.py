@@ -30,6 +30,8 @@ import math
 import random
 from typing import Any, Callable, Sequence
 
+from ..core import failure
+
 BOOTSTRAP_SEED = 20261130
 BOOTSTRAP_RESAMPLES = 1000
 QUALITY_TOLERANCE = 0.02  # absolute pass-rate difference treated as equal
@@ -39,6 +41,13 @@ COST_TOLERANCE = 0.02  # relative median-USD difference treated as equal
 DIGITS = 10
 QUALITY_INTERVAL = "paired-task-clustered"  # evalfarm.stats.paired.METHOD
 MEDIAN_INTERVAL = "task-cluster-bootstrap"
+COVERAGE_MARGIN = failure.COVERAGE_MARGIN  # arms whose coverage differs by more name no winner
+
+
+def measured_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows the pass rate counts: an agent run that failed for infrastructure or whose check could not
+    run (``failure_class``, core/failure.py) is unmeasured, out of the denominator."""
+    return [r for r in rows if r.get("failure_class") not in failure.UNMEASURED]
 
 
 def rnd(x: float | None) -> float | None:
@@ -72,15 +81,16 @@ def arm_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
     tokens = [_tokens(r) for r in rows]
     tokens_ok = runs > 0 and all(t is not None for t in tokens)
     cost_ok = runs > 0 and all(r.get("cost_usd") is not None for r in rows)
-    quality_ok = runs > 0 and all(r.get("passed") is not None for r in rows)
+    scored = measured_rows(rows)
+    quality_ok = bool(scored) and all(r.get("passed") is not None for r in scored)
     not_measured: dict[str, Any] = {}
     if not tokens_ok:
         not_measured["tokens"] = _reason(rows, "input_tokens", "no_usage_reported")
     if not cost_ok:
         not_measured["cost"] = _reason(rows, "cost_usd", "price_unknown")
     if not quality_ok:
-        not_measured["quality"] = _reason(rows, "passed", "not_scored")
-    passes = sum(1 for r in rows if r.get("passed") is True)
+        not_measured["quality"] = _reason(scored or rows, "passed", "not_scored")
+    passes = sum(1 for r in scored if r.get("passed") is True)
     figures = {
         "runs": runs,
         "tasks": len({r["task"] for r in rows}),
@@ -92,9 +102,13 @@ def arm_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "median_usd": rnd(median([r["cost_usd"] for r in rows])) if cost_ok else None,
         "total_usd": rnd(math.fsum(r["cost_usd"] for r in rows)) if cost_ok else None,
         "passes": passes if quality_ok else None,
-        "pass_rate": rnd(passes / runs) if quality_ok else None,
+        "pass_rate": rnd(passes / len(scored)) if quality_ok else None,
         "not_measured": not_measured,
     }
+    if len(scored) < runs:  # agent runs left out of the pass rate: coverage beside the score
+        figures["coverage"] = rnd(len(scored) / runs)
+        figures["unmeasured_runs"] = {c: sum(1 for r in rows if r.get("failure_class") == c)
+                                      for c in failure.UNMEASURED if any(r.get("failure_class") == c for r in rows)}
     if any("agent" in r for r in rows):  # spawn arms: coding agents in worktrees
         figures.update(agent_figures(rows))
     return figures
@@ -204,9 +218,10 @@ def compare_arms(a: str, a_rows: list[dict[str, Any]], fa: dict[str, Any], b: st
         if missing:
             deltas[name] = {"not_measured": {"axis": axis, "arms": missing}}
             continue
-        va, vb = stat(name, a_rows), stat(name, b_rows)
+        ra, rb = (measured_rows(a_rows), measured_rows(b_rows)) if axis == "quality" else (a_rows, b_rows)
+        va, vb = stat(name, ra), stat(name, rb)
         deltas[name] = {"a": rnd(va), "b": rnd(vb), "delta": rnd(vb - va),  # type: ignore[operator]
-                        **_interval(a_rows, b_rows, name, legacy)}
+                        **_interval(ra, rb, name, legacy)}
     return deltas
 
 
@@ -287,6 +302,12 @@ def verdict(a: str, fa: dict[str, Any], b: str, fb: dict[str, Any], deltas: dict
         axes = sorted({m["axis"] for m in missing})
         return {"result": "incomparable", "winner": None, "decided_by": None, "not_measured": missing,
                 "reason": f"{' and '.join(axes)} not measured for every honest arm; no partial winners"}
+    ca, cb = fa.get("coverage", 1.0), fb.get("coverage", 1.0)
+    if abs(ca - cb) > COVERAGE_MARGIN:
+        return {"result": "incomparable", "winner": None, "decided_by": None, "not_measured": [],
+                "reason": f"coverage differs: {a} measured {ca:.0%} of its runs, {b} {cb:.0%} (more than "
+                          f"{COVERAGE_MARGIN:.0%} apart; the rest failed for infrastructure or their check could "
+                          "not run); no winner"}
     q, c = deltas["pass_rate"], deltas["median_usd"]
     if abs(q["delta"]) > QUALITY_TOLERANCE and q["ci_excludes_zero"]:
         win = b if q["delta"] > 0 else a

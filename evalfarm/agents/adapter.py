@@ -26,7 +26,9 @@ from typing import Any
 
 from ..engine.adapters import Completion
 from ..providers.access import key_for
-from ..redact import register_secret_env
+from ..core import failure
+from ..errors import InfrastructureError
+from ..redact import redact, register_secret_env
 from ..spec.models import AdapterSpec, PromptSpec, Workspace
 from . import blobs, netns
 from .base import AgentRequest, Price
@@ -50,6 +52,14 @@ class AgentRunError(Exception):
     def __init__(self, message: str, agent: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.agent = agent
+
+
+def as_run_error(exc: Exception, agent: str) -> Exception:
+    """A task's failure with what is known of the run in ``.agent``; one raised outside AgentRunError
+    (no sandbox, the CLI missing, a key variable unset, an OSError) is the host's: marked ``infra``."""
+    if not isinstance(getattr(exc, "agent", None), dict):
+        exc.agent = {"agent": agent, "infra": True}  # type: ignore[attr-defined]
+    return exc
 
 
 def spawn_concurrency() -> int:
@@ -152,14 +162,26 @@ class AgentAdapter:
     async def complete(self, prompt: PromptSpec, trial: int) -> Completion:
         """The task runs in a thread; cancelling it (Ctrl-C on an embedded run) kills what runs in its
         sandbox, so the thread ends and the sandbox goes at once rather than after the agent's timeout."""
-        state: dict[str, Any] = {}
-        try:
-            return await asyncio.to_thread(self.run_task, prompt, trial, state)
-        except asyncio.CancelledError:
-            state["cancelled"] = True
-            if "root" in state:
-                kill_processes_in(state["root"])
-            raise
+        retried: list[str] = []
+        while True:
+            state: dict[str, Any] = {}
+            try:
+                return await asyncio.to_thread(self.run_task, prompt, trial, state)
+            except asyncio.CancelledError:
+                state["cancelled"] = True
+                if "root" in state:
+                    kill_processes_in(state["root"])
+                raise
+            except InfrastructureError:
+                raise  # the run store or the broker: the item is redelivered, not retried here
+            except Exception as exc:  # noqa: BLE001  the class decides: an infra failure is run again
+                error: Any = as_run_error(exc, self.driver.name)
+                if failure.error_class(type(exc).__name__, str(exc), error.agent) != failure.INFRA_FAILED:
+                    raise
+                if len(retried) >= failure.infra_retries():
+                    error.agent.update(infra=True, attempts=len(retried) + 1, retried=retried)
+                    raise
+                retried.append(redact(str(exc))[:300])
 
     def run_task(self, prompt: PromptSpec, trial: int, state: dict[str, Any] | None = None) -> Completion:
         state = {} if state is None else state

@@ -13,6 +13,7 @@ from rich.measure import Measurement
 from rich.markup import escape
 from rich.table import Table
 
+from ..core import failure as failure_class
 from ..core.verdict import NOTHING, PASSED, run_verdict
 
 err_console = Console(stderr=True, emoji=False)
@@ -123,7 +124,15 @@ def print_summary(report: dict[str, Any], paths: list[str], console: Console | N
     console.print(fitted(console, report))
     if not console.is_terminal:
         console.soft_wrap = True  # piped: a line is a line, never folded at some width
+    headline = failure_class.infra_headline(report["per_adapter"])
+    if headline:
+        console.print(f"[red]{escape(headline)}[/red]", highlight=False)
     for adapter, f in report["per_adapter"].items():
+        if f.get("coverage_line"):
+            console.print(f"{escape(adapter)}: {escape(f['coverage_line'])}", highlight=False)
+            for u in f.get("unmeasured") or []:
+                console.print(f"  unmeasured {escape(u['prompt_id'])} ({u['class']}): {escape(u['reason'])}",
+                              highlight=False)
         if "pass_k" in f:
             pk = f["pass_k"]
             console.print(f"{escape(adapter)}: pass^{pk['k']} {_pct(pk['rate'])}, flaky: "

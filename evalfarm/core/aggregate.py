@@ -11,7 +11,10 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from ..spec.models import Thresholds
+from . import failure
 from .verdict import case_verdict, item_passed
+
+UNMEASURED_EXAMPLES = 5  # agent items left out of the denominator, listed with their reasons
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -44,6 +47,8 @@ class _Acc:
         self.cached = 0
         self.judge_in = self.judge_out = 0
         self.judge_cost = 0.0
+        self.classes: dict[str, int] = defaultdict(int)  # agent items: failure class -> count (core/failure.py)
+        self.unmeasured: list[dict[str, Any]] = []
 
     def add(self, o: dict[str, Any]) -> None:
         self.items += 1
@@ -61,10 +66,17 @@ class _Acc:
         verdict = item_passed(o)
         if self.trial_verdicts is not None:
             self.trial_verdicts[o["prompt_id"]].append(verdict)
+        cls = o.get("failure_class") or (failure.classify(o) if "agent" in o else None)
+        if cls is not None:
+            self.classes[cls] += 1
+            if verdict is None and len(self.unmeasured) < UNMEASURED_EXAMPLES:
+                self.unmeasured.append({"prompt_id": o["prompt_id"], "trial": o.get("trial", 0), "class": cls,
+                                        "reason": failure.reason(o)})
         if o.get("error"):
             self.errors += 1
             self.error_classes[o["error"].get("class", "Error")] += 1
-            return
+        if verdict is None and (o.get("error") or cls is not None):
+            return  # unmeasured: a runtime error, or an agent item the agent is not to blame for
         self.measured += 1
         if o.get("golden_passed"):
             self.passed += 1
@@ -125,6 +137,11 @@ def _figures(acc: _Acc, trials: int, judge_weight: float | None) -> dict[str, An
         "tokens_in": acc.tokens_in, "tokens_out": acc.tokens_out, "cost_usd": _r(acc.cost, 8), "cached": acc.cached,
         "judge_tokens_in": acc.judge_in, "judge_tokens_out": acc.judge_out, "judge_cost_usd": _r(acc.judge_cost, 8),
     }
+    if acc.classes:  # agent items: the classes, the coverage and why the unmeasured ones are
+        figures["failure_classes"] = {c: acc.classes[c] for c in failure.CLASSES if acc.classes.get(c)}
+        figures["coverage"] = _r(acc.measured / acc.items) if acc.items else None
+        figures["unmeasured"] = acc.unmeasured
+        figures["coverage_line"] = failure.coverage_line(figures)
     if acc.trial_verdicts is not None:
         per_prompt = {p: case_verdict(v) for p, v in sorted(acc.trial_verdicts.items())}
         measured = [v for v in per_prompt.values() if v is not None]

@@ -39,12 +39,15 @@ class Outcome:
     # why this item's call was never sent ("budget": the run's spend reached its budget first); a
     # skipped item is neither measured nor errored, and stays out of the report's figures
     skipped: str | None = None
+    # an agent item's failure class (core/failure.py): passed, agent_failed, agent_timeout, verifier_failed,
+    # infra_failed, budget_stopped
+    failure_class: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # shallow: dataclasses.asdict deep-copies every field and was 11% of an embedded run;
         # optional records left out when unset, so runs without agents or budgets keep their bytes
         data = dict(self.__dict__)
-        for optional in ("agent", "skipped"):
+        for optional in ("agent", "skipped", "failure_class"):
             if data[optional] is None:
                 del data[optional]
         return data

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_MEASURED, EXIT_OK
+from . import failure
 from .outcome import Outcome
 from .taxonomy import classify
 
@@ -22,12 +23,20 @@ def decide(out: Outcome, pass_score: float | None) -> Outcome:
     if out.error is None:
         judged_ok = out.judge_score is None or pass_score is None or out.judge_score >= pass_score
         out.passed = bool(out.golden_passed) and judged_ok
-    out.failure_mode = classify(out.to_dict())
+    data = out.to_dict()
+    out.failure_class = failure.classify(data)
+    if out.failure_class is not None:  # an agent item: its class decides (core/failure.py)
+        out.passed = failure.verdict(out.failure_class)
+    out.failure_mode = classify(data)
     return out
 
 
 def item_passed(outcome: dict[str, Any]) -> bool | None:
-    """A stored item's verdict: ``passed`` (older reports: ``golden_passed``); None if it errored."""
+    """A stored item's verdict: ``passed`` (older reports: ``golden_passed``); None if it errored.
+    An agent item's verdict is its failure class's: an agent timeout fails, infrastructure is unmeasured."""
+    cls = outcome.get("failure_class") or (failure.classify(outcome) if "agent" in outcome else None)
+    if cls is not None:
+        return failure.verdict(cls)
     if outcome.get("error"):
         return None
     verdict = outcome.get("passed")

@@ -132,5 +132,6 @@ def run_rows(run_id: str, spec_name: str | None, outcomes: list[dict[str, Any]])
                      "cost_usd": round(float(o.get("cost_usd") or 0.0), 12) if costed else None,
                      "passed": o.get("passed"),
                      "error": (o.get("error") or {}).get("class") if not measured else None,
+                     **({"failure_class": o["failure_class"]} if o.get("failure_class") else {}),
                      **agent_fields(o)})
     return rows

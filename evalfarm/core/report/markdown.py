@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import failure
 from ..verdict import item_passed, run_verdict
 
 
@@ -38,7 +39,12 @@ def render_markdown(report: dict[str, Any], failed: list[dict[str, Any]] | None 
         verdict += " (every item errored)"
     if report.get("stopped"):
         verdict += f": {report.get('items_done')} of {report.get('items_planned')} items measured"
+    headline = failure.infra_headline(report["per_adapter"])
+    if headline:  # more than a stated share of agent tasks failed for infrastructure: that first
+        lines += [f"- **{headline}**"]
     lines += [f"- result: **{verdict}**"]
+    lines += [f"- {adapter}: {f['coverage_line']}" for adapter, f in report["per_adapter"].items()
+              if f.get("coverage_line")]
     if report.get("budget"):
         b = report["budget"]
         lines.append(f"- budget: ${b['limit_usd']:g}; spent ${b['spent_usd']:.6f}; items not measured "

@@ -1,0 +1,114 @@
+"""Failure classes of agent items (core/failure.py), each reproduced for real: a `command:` agent
+(tests/agent_failclass.py) run by `evalfarm run` in a real sandbox against a real mock-provider.
+A task whose CLI cannot start (exit 127) and one whose model endpoint answers 503 (that task only)
+are infra_failed: run 1 + 2 times, then left out of the pass rate's denominator with their reasons;
+a missing check program is verifier_failed (unmeasured, not retried); an agent that used its whole
+time is agent_timeout and a finished agent whose check fails is agent_failed (both measured, failed)."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conftest import ROOT, run_cli
+from spawn_support import make_repo, report_of, spawn_env, write_spec
+
+AGENT = f"{sys.executable} {ROOT / 'tests' / 'agent_failclass.py'} {{base_url}} {{prompt}}"
+EDIT = "sed -i s/hello/hi/ hello.py"
+CHECK = "grep -q hi hello.py"
+TASKS = [  # id, prompt, check, timeout_s -> class, retried, in the denominator
+    ("ok", EDIT, CHECK, None, "passed", False, True),
+    ("wrong", "true", CHECK, None, "agent_failed", False, True),
+    ("slow", "sleep 30", CHECK, 2, "agent_timeout", False, True),
+    ("nocheck", EDIT, "no-such-checker-7f3a hello.py", None, "verifier_failed", False, False),
+    ("nocli", "exec /nonexistent/agent-cli-7f3a", CHECK, None, "infra_failed", True, False),
+    ("down", f"[[status:503]]\n{EDIT}", CHECK, None, "infra_failed", True, False),
+]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, ):
+    from providers_fixture import MockProviderProc
+
+    tmp = tmp_path_factory.mktemp("failclass")
+    server = MockProviderProc()
+    try:
+        repo = make_repo(tmp / "repo")
+        prompts = [{"id": i, "text": t, "check": c, **({"timeout_s": s} if s else {})} for i, t, c, s, *_ in TASKS]
+        adapter = {"id": "fake", "provider": "agent", "agent": "command", "template": AGENT, "model": "fake-1",
+                   "base_url": server.url}
+        spec = write_spec(tmp / "classes.yaml", repo, prompts, adapters=[adapter])
+        res = run_cli("run", str(spec), "--json", "--no-save", cwd=tmp, timeout=120, **spawn_env(tmp))
+        yield report_of(res), server.stats()
+    finally:
+        server.stop()
+
+
+def test_each_fault_gets_its_class_and_only_infra_is_retried(run):
+    report, stats = run
+    got = {o["prompt_id"]: o for o in report["outcomes"]}
+    table = []
+    for pid, _, _, _, cls, retried, counted in TASKS:
+        o = got[pid]
+        attempts = (o.get("agent") or {}).get("attempts", 1)
+        table.append((pid, o["failure_class"], attempts, o["passed"]))
+        assert o["failure_class"] == cls, (pid, o)
+        assert (attempts == 3) is retried, (pid, o.get("agent"))
+        assert (o["passed"] is not None) is counted, (pid, o)
+    assert stats["statuses"].get("503") == 3  # the 503 task asked the endpoint 1 + 2 times
+    assert "exit code 127" in got["nocli"]["error"]["message"]
+    print("\n".join(f"{p:8} {c:16} attempts {a}  passed {v}" for p, c, a, v in table))
+
+
+def test_infra_and_verifier_failures_are_out_of_the_denominator_and_reported_as_coverage(run):
+    report, _ = run
+    fig = report["per_adapter"]["fake"]
+    assert fig["failure_classes"] == {"passed": 1, "agent_failed": 1, "agent_timeout": 1, "verifier_failed": 1,
+                                      "infra_failed": 2}
+    assert (fig["measured"], fig["items"], fig["passed"], fig["pass_rate"]) == (3, 6, 1, pytest.approx(1 / 3, abs=1e-6))
+    assert fig["coverage"] == 0.5
+    assert fig["coverage_line"] == ("pass rate 33% over 3 of 6 tasks; 2 infrastructure failures; 1 check failure")
+    reasons = {u["prompt_id"]: (u["class"], u["reason"]) for u in fig["unmeasured"]}
+    assert set(reasons) == {"nocheck", "nocli", "down"}
+    assert "503" in reasons["down"][1] and "127" in reasons["nocli"][1]
+    assert "exit 127" in reasons["nocheck"][1]
+
+
+def test_console_and_markdown_say_the_coverage_and_the_infra_headline(run):
+    import io
+
+    from rich.console import Console
+
+    from evalfarm.cli.console import print_summary
+    from evalfarm.core.report.markdown import render_markdown
+
+    report, _ = run
+    md = render_markdown(report)
+    headline = "INFRASTRUCTURE FAILURES: 2 of 6 agent tasks (33%) could not be measured (more than 20%)"
+    assert headline in md and md.index(headline) < md.index("- result:")
+    assert "- fake: pass rate 33% over 3 of 6 tasks; 2 infrastructure failures; 1 check failure" in md
+    buf = io.StringIO()
+    print_summary(report, [], Console(file=buf, width=200))
+    text = buf.getvalue()
+    assert headline in text and "fake: pass rate 33% over 3 of 6 tasks" in text
+    assert "unmeasured down (infra_failed): " in text and "HTTP 503" in text
+
+
+def test_ab_refuses_a_winner_when_coverage_differs_and_scores_only_measured_runs():
+    from evalfarm.ab import compare
+
+    def rows(passes: int, infra: int, n: int = 10) -> list[dict]:
+        return [{"task": f"t{i}", "passed": None if i < infra else i < infra + passes,
+                 **({"failure_class": "infra_failed"} if i < infra else {}),
+                 "input_tokens": 10, "output_tokens": 1, "cost_usd": 0.01} for i in range(n)]
+
+    a, b = rows(passes=2, infra=0), rows(passes=7, infra=3)  # b: 7 of 7 measured passed, 3 infra failures
+    fa, fb = compare.arm_figures(a), compare.arm_figures(b)
+    assert fb["pass_rate"] == 1.0 and fb["coverage"] == 0.7 and fb["unmeasured_runs"] == {"infra_failed": 3}
+    assert "coverage" not in fa
+    v = compare.verdict("a", fa, "b", fb, compare.compare_arms("a", a, fa, "b", b, fb), rows=(a, b))
+    assert v["result"] == "incomparable" and v["winner"] is None and "coverage differs" in v["reason"], v
+    b2 = rows(passes=9, infra=1)  # within the margin: the measured runs decide (b wins on quality)
+    fb2 = compare.arm_figures(b2)
+    v2 = compare.verdict("a", fa, "b", fb2, compare.compare_arms("a", a, fa, "b", b2, fb2), rows=(a, b2))
+    assert v2["winner"] == "b" and fb2["pass_rate"] == 1.0, v2
