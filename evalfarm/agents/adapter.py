@@ -30,7 +30,7 @@ from ..core import failure
 from ..errors import InfrastructureError
 from ..redact import redact, register_secret_env
 from ..spec.models import AdapterSpec, PromptSpec, Workspace
-from . import blobs, netns
+from . import blobs, netns, trajectory
 from .base import AgentRequest, Price
 from .diff import capture
 from .errors import AgentOutputError, AgentSetupError, SandboxError
@@ -210,6 +210,8 @@ class AgentAdapter:
                 raise AgentRunError("cancelled before the agent started", info)
             run = self._run_agent(prompt, box, binary, version, max(1.0, deadline - time.monotonic()), pass_env)
             info.update(self._usage_info(run, self.spec.model))
+            info.update(trajectory.store(self.driver.name, run.stdout_path, self.blob_dir,
+                                         [os.environ.get(self.key_from, "")], self.spec.model, version))
             if run.timed_out:  # say the budget the user set, not what setup left of it
                 raise AgentRunError(f"{self.driver.name}: timed out after {budget:g} s (the task's timeout_s; "
                                     "process group killed)", info)

@@ -1,0 +1,61 @@
+"""One trajectory per agent task (agents/trajectory.py), from the real Claude Code and Codex CLI run by
+`evalfarm run` against the scripted `evalfarm mock-provider --agent-script`: the stored file (content-
+addressed, linked from the item's agent record) holds the scripted read and edit steps in order with the
+tokens the server sent, and a secret the agent read from the repo is masked in it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agents_fixtures import EDIT_SCRIPT, MODELS, agent_server, git, installed  # noqa: F401 (fixture)
+from conftest import run_cli
+from spawn_support import make_repo, report_of, spawn_env, write_spec
+
+KEYS = {"ANTHROPIC_API_KEY": "sk-test-anthropic-0123456789", "OPENAI_API_KEY": "sk-test-openai-0123456789"}
+SECRET = "tok-7f3a-this-is-a-deploy-secret"  # in the repo and in the evalfarm process's EVALFARM_DEPLOY_TOKEN
+KEYLIKE = "sk-live-abcdefghijklmnop0123"  # key-shaped, in no variable
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex"])
+def test_real_agent_trajectory_has_the_scripted_steps_and_no_secret(tmp_path, agent, agent_server):
+    installed(agent)
+    server = agent_server(EDIT_SCRIPT)
+    repo = make_repo(tmp_path / "repo")
+    (repo / "hello.py").write_text(f'print("hello")\n# deploy: {SECRET} {KEYLIKE}\n')
+    git(repo, "commit", "-qam", "a secret in the repo")
+    adapter = {"id": agent, "provider": "agent", "agent": agent, "model": MODELS[agent], "base_url": server.url,
+               "price": {"input": 1.0, "output": 2.0}}
+    spec = write_spec(tmp_path / f"{agent}.yaml", repo, [
+        {"id": "greeting", "text": "Change the greeting in hello.py to hello, world",
+         "check": "grep -q 'hello, world' hello.py"}], adapters=[adapter])
+    res = run_cli("run", str(spec), "--json", "--no-save", cwd=tmp_path, timeout=300,
+                  EVALFARM_DEPLOY_TOKEN=SECRET, **spawn_env(tmp_path), **KEYS)
+    [out] = report_of(res)["outcomes"]
+    assert out["failure_class"] == "passed", out
+    sha = out["agent"]["trajectory_sha256"]
+    raw = (tmp_path / "blobs" / f"{sha}.trajectory.json").read_bytes()
+    assert SECRET not in raw.decode() and KEYLIKE not in raw.decode()
+    traj = json.loads(raw)
+    steps = traj["steps"]
+    assert out["agent"]["trajectory_steps"] == len(steps) and [s["index"] for s in steps] == list(range(len(steps)))
+    tools = [s for s in steps if s["source"] == "tool_call"]
+    results = {s["tool_call_id"]: s for s in steps if s["source"] == "tool_result"}
+    calls = [e for e in server.model_calls() if e["model"] == MODELS[agent]]
+    models = [s for s in steps if s["source"] == "model_call"]
+    if agent == "claude":
+        assert [t["name"] for t in tools] == ["Read", "Edit"]
+        assert tools[1]["arguments"]["new_string"] == 'print("hello, world")'
+        # each model reply's input tokens are the ones the server sent for that request, in order
+        assert [m["input_tokens"] for m in models] == [e["usage"]["input_tokens"] for e in calls] == [1000, 1500, 2000]
+    else:
+        assert [t["name"] for t in tools] == ["exec", "apply_patch"] and "hello.py" in tools[0]["arguments"]["command"]
+        assert [(m["input_tokens"], m["output_tokens"]) for m in models] == [
+            (sum(e["usage"]["input_tokens"] for e in calls), sum(e["usage"]["output_tokens"] for e in calls))]
+    read = results[tools[0]["tool_call_id"]]["content"]
+    assert "print(\"hello\")" in read and "# deploy: *** ***" in read  # masked, the rest kept
+    assert steps.index(tools[0]) < steps.index(results[tools[0]["tool_call_id"]]) < steps.index(tools[1])
+    assert steps[-1]["source"] in ("agent", "model_call")
+    assert any(s["source"] == "agent" and s["text"] == "Done: greeting updated." for s in steps)
+    assert (traj["totals"]["input_tokens"], traj["totals"]["output_tokens"]) == (4500, 90)
+    print(f"{agent}: {len(steps)} steps, {len(raw)} bytes")
