@@ -112,3 +112,47 @@ def test_ab_refuses_a_winner_when_coverage_differs_and_scores_only_measured_runs
     fb2 = compare.arm_figures(b2)
     v2 = compare.verdict("a", fa, "b", fb2, compare.compare_arms("a", a, fa, "b", b2, fb2), rows=(a, b2))
     assert v2["winner"] == "b" and fb2["pass_rate"] == 1.0, v2
+
+
+def test_resume_only_infra_failed_reruns_just_those_items_on_the_farm(tmp_path, redis_server, start_worker):
+    """A farm run where one task's agent CLI is missing (infra_failed after 1 + 2 attempts); the CLI is
+    installed; `evalfarm resume RUN --only infra_failed` runs that task alone again (the passed task is
+    not run again) and the new report counts it: 2 of 2 measured, coverage 100%."""
+    from providers_fixture import MockProviderProc
+
+    main, spawn_url = redis_server.url, redis_server.url[:-1] + "1"
+    env = spawn_env(tmp_path, EVALFARM_SPAWN_BROKER_URL=spawn_url)
+    runs, cli = tmp_path / "runs.log", tmp_path / "late-cli"
+    server = MockProviderProc()
+    try:
+        repo = make_repo(tmp_path / "repo")
+        adapter = {"id": "fake", "provider": "agent", "agent": "command", "template": AGENT, "model": "fake-1",
+                   "base_url": server.url}
+        spec = write_spec(tmp_path / "resume.yaml", repo, [
+            {"id": "ok", "text": f"echo ok >> {runs}; {EDIT}", "check": CHECK},
+            {"id": "late", "text": f"echo late >> {runs}; exec {cli}", "check": CHECK}], adapters=[adapter])
+        start_worker(main, pool="aggregate", concurrency=1, **env)
+        start_worker(main, pool="spawn", concurrency=2, **env)
+        first = report_of(run_cli("run", str(spec), "--json", "--no-save", broker=main, cwd=tmp_path, timeout=120,
+                                  **env))
+        by = {o["prompt_id"]: o for o in first["outcomes"]}
+        assert by["late"]["failure_class"] == "infra_failed" and by["ok"]["failure_class"] == "passed"
+        assert first["per_adapter"]["fake"]["coverage"] == 0.5
+        assert runs.read_text().split().count("late") == 3 and runs.read_text().split().count("ok") == 1
+        cli.write_text(f"#!/bin/sh\n{EDIT}\n")
+        cli.chmod(0o755)
+        res = run_cli("resume", first["run_id"], "--only", "infra_failed", "--json", "--no-save", broker=main,
+                      cwd=tmp_path, timeout=120, **env)
+        assert res.returncode == 0, res.stderr
+        assert "dispatched 1 infra_failed items" in res.stderr
+        second = report_of(res)
+        by2 = {o["prompt_id"]: o for o in second["outcomes"]}
+        assert by2["late"]["failure_class"] == "passed" and by2["ok"] == by["ok"]
+        fig = second["per_adapter"]["fake"]
+        assert (fig["items"], fig["measured"], fig["passed"], fig["coverage"]) == (2, 2, 2, 1.0)
+        assert runs.read_text().split().count("late") == 4 and runs.read_text().split().count("ok") == 1
+        again = run_cli("resume", first["run_id"], "--only", "infra_failed", "--json", "--no-save", broker=main,
+                        cwd=tmp_path, timeout=60, **env)
+        assert again.returncode == 0 and "dispatched 0 infra_failed items" in again.stderr, again.stderr
+    finally:
+        server.stop()

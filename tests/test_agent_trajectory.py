@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
 
 from agents_fixtures import EDIT_SCRIPT, MODELS, agent_server, git, installed  # noqa: F401 (fixture)
-from conftest import run_cli
+from conftest import ROOT, run_cli
 from spawn_support import make_repo, report_of, spawn_env, write_spec
 
+ATIF_SCHEMA = json.loads((ROOT / "tests" / "schemas" / "atif-v1.4.json").read_text())
 KEYS = {"ANTHROPIC_API_KEY": "sk-test-anthropic-0123456789", "OPENAI_API_KEY": "sk-test-openai-0123456789"}
 SECRET = "tok-7f3a-this-is-a-deploy-secret"  # in the repo and in the evalfarm process's EVALFARM_DEPLOY_TOKEN
 KEYLIKE = "sk-live-abcdefghijklmnop0123"  # key-shaped, in no variable
@@ -29,9 +31,11 @@ def test_real_agent_trajectory_has_the_scripted_steps_and_no_secret(tmp_path, ag
     spec = write_spec(tmp_path / f"{agent}.yaml", repo, [
         {"id": "greeting", "text": "Change the greeting in hello.py to hello, world",
          "check": "grep -q 'hello, world' hello.py"}], adapters=[adapter])
-    res = run_cli("run", str(spec), "--json", "--no-save", cwd=tmp_path, timeout=300,
-                  EVALFARM_DEPLOY_TOKEN=SECRET, **spawn_env(tmp_path), **KEYS)
-    [out] = report_of(res)["outcomes"]
+    env = {"EVALFARM_DEPLOY_TOKEN": SECRET, **spawn_env(tmp_path), **KEYS}
+    res = run_cli("run", str(spec), "--json", "--state-dir", str(tmp_path / "state"), cwd=tmp_path, timeout=300,
+                  **env)
+    report = report_of(res)
+    [out] = report["outcomes"]
     assert out["failure_class"] == "passed", out
     sha = out["agent"]["trajectory_sha256"]
     raw = (tmp_path / "blobs" / f"{sha}.trajectory.json").read_bytes()
@@ -59,3 +63,22 @@ def test_real_agent_trajectory_has_the_scripted_steps_and_no_secret(tmp_path, ag
     assert any(s["source"] == "agent" and s["text"] == "Done: greeting updated." for s in steps)
     assert (traj["totals"]["input_tokens"], traj["totals"]["output_tokens"]) == (4500, 90)
     print(f"{agent}: {len(steps)} steps, {len(raw)} bytes")
+
+    # the same item exported as Harbor's ATIF, valid against the RFC's schema (tests/schemas/atif-v1.4.json)
+    exp = run_cli("export", "trajectory", report["run_id"], "-o", str(tmp_path / "atif"), "--state-dir",
+                  str(tmp_path / "state"), cwd=tmp_path, **env)
+    assert exp.returncode == 0, exp.stderr
+    [doc_path] = (tmp_path / "atif").iterdir()
+    doc = json.loads(doc_path.read_text())
+    jsonschema.Draft202012Validator(ATIF_SCHEMA).validate(doc)
+    assert SECRET not in doc_path.read_text()
+    names = [c["function_name"] for st in doc["steps"] for c in st.get("tool_calls", [])]
+    assert names == [t["name"] for t in tools] and doc["steps"][0]["source"] == "user"
+    ids = [c["tool_call_id"] for st in doc["steps"] for c in st.get("tool_calls", [])]
+    assert ids == [r["source_call_id"] for st in doc["steps"] for r in st.get("observation", {}).get("results", [])]
+    assert doc["final_metrics"]["total_prompt_tokens"] == 4500 and doc["extra"]["failure_class"] == "passed"
+    if agent == "claude":
+        assert [st["metrics"]["prompt_tokens"] for st in doc["steps"][1:]] == [1000, 1500, 2000]
+    bad = run_cli("export", "trajectory", report["run_id"], "--item", "zzzz", "-o", str(tmp_path / "x"),
+                  "--state-dir", str(tmp_path / "state"), cwd=tmp_path, **env)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not (tmp_path / "x").exists(), bad.stderr

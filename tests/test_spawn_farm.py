@@ -95,7 +95,9 @@ def test_hang_nonzero_exit_and_writes_outside_the_worktree(tmp_path, repo, farm)
     assert res.returncode in (0, 1), res.stderr
     by = outcomes_by_prompt(report_of(res))
     hang = by["hang"][0]
-    assert hang["failure_mode"] == "runtime_error" and hang["passed"] is None
+    # an agent that used its whole time is measured and failed (core/failure.py), not unmeasured
+    assert hang["failure_mode"] == "runtime_error" and hang["failure_class"] == "agent_timeout"
+    assert hang["passed"] is False
     assert hang["error"]["class"] == "AgentRunError"
     assert hang["error"]["message"] == "command: timed out after 3 s (the task's timeout_s; process group killed)"
     assert hang["agent"]["timed_out"] is True and hang["agent"]["wall_s"] < 3 + 2 + 5
@@ -104,6 +106,7 @@ def test_hang_nonzero_exit_and_writes_outside_the_worktree(tmp_path, repo, farm)
     assert not any(pid_alive(p) for p in (leader, child, grandchild))  # the whole group, SIGTERM ignored or not
     ex = by["exit"][0]
     assert ex["failure_mode"] == "runtime_error" and ex["error"]["message"].startswith("command: exit code 3: boom")
+    assert ex["failure_class"] == "agent_failed" and ex["passed"] is False
     assert by["ok"][0]["passed"] is True
     esc = by["escape"][0]
     assert esc["passed"] is True

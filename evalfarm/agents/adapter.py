@@ -205,13 +205,15 @@ class AgentAdapter:
                 info["setup"] = {"exit_code": setup.exit_code, "timed_out": setup.timed_out, "wall_s": setup.wall_s}
                 if not setup.ok:
                     why = f"timed out after {budget:g} s" if setup.timed_out else f"exit code {setup.exit_code}"
+                    info["infra"] = True  # the task's environment, not the agent: infra_failed (core/failure.py)
                     raise AgentRunError(f"setup failed ({why}): {setup.last_line()}", info)
             if state.get("cancelled"):
                 raise AgentRunError("cancelled before the agent started", info)
             run = self._run_agent(prompt, box, binary, version, max(1.0, deadline - time.monotonic()), pass_env)
             info.update(self._usage_info(run, self.spec.model))
             info.update(trajectory.store(self.driver.name, run.stdout_path, self.blob_dir,
-                                         [os.environ.get(self.key_from, "")], self.spec.model, version))
+                                         [os.environ.get(self.key_from, "")], self.spec.model, version,
+                                         prompt.text))
             if run.timed_out:  # say the budget the user set, not what setup left of it
                 raise AgentRunError(f"{self.driver.name}: timed out after {budget:g} s (the task's timeout_s; "
                                     "process group killed)", info)

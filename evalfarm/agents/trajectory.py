@@ -190,14 +190,15 @@ PARSERS: dict[str, Callable[[list[dict[str, Any]], _Steps], dict[str, Any]]] = {
 
 
 def build(agent: str, stdout: str, secrets: Iterable[str] = (), model: str | None = None,
-          version: str | None = None) -> dict[str, Any] | None:
+          version: str | None = None, task: str | None = None) -> dict[str, Any] | None:
     """The trajectory of one run from its stdout, or None for an agent whose output is not parsed yet."""
     parser = PARSERS.get(agent)
     if parser is None:
         return None
     steps = _Steps(tuple(sorted({s for s in secrets if s}, key=len, reverse=True)))
     totals = parser(_events(stdout), steps)
-    return {"schema": SCHEMA, "agent": agent, "version": version, "model": model, "steps": steps.steps,
+    return {"schema": SCHEMA, "agent": agent, "version": version, "model": model,
+            "task": cut(mask(task, steps.secrets), TEXT_MAX)[0] if task else None, "steps": steps.steps,
             "totals": _clean(totals, steps.secrets), "tool_result_max_chars": TOOL_RESULT_MAX,
             "per_step_cost": "unknown (the agent reports only the run's total)"}
 
@@ -207,7 +208,7 @@ def encode(trajectory: dict[str, Any]) -> bytes:
 
 
 def store(agent: str, stdout_path: Any, directory: Any, secrets: Iterable[str] = (), model: str | None = None,
-          version: str | None = None) -> dict[str, Any]:
+          version: str | None = None, task: str | None = None) -> dict[str, Any]:
     """Build the run's trajectory from its stdout file and store it (blobs.py); returns the fields the
     item's ``agent`` record links it by (nothing for an agent without a parser or an unreadable stdout)."""
     from . import blobs
@@ -216,7 +217,7 @@ def store(agent: str, stdout_path: Any, directory: Any, secrets: Iterable[str] =
         text = stdout_path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return {}
-    trajectory = build(agent, text, secrets, model, version)
+    trajectory = build(agent, text, secrets, model, version, task)
     if trajectory is None:
         return {}
     return {"trajectory_sha256": blobs.put(encode(trajectory), KIND, directory),

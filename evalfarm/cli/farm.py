@@ -178,20 +178,26 @@ def cancel(run_id: str, broker: str | None) -> None:
         click.echo(f"cancelled {run_id} at {at}{hands}")
 
 
+RERUN_CLASSES = ("infra_failed", "verifier_failed", "agent_timeout", "agent_failed")  # core/failure.py
+
+
 @click.command()
 @click.argument("run_id", callback=_run_id_arg)
 @broker_option
 @report_options
 @click.option("--detach", is_flag=True, help="Dispatch and return; 'evalfarm wait RUN' attaches later.")
+@click.option("--only", type=click.Choice(RERUN_CLASSES),
+              help="Re-run a finished run's agent items of this failure class (e.g. infra_failed once the "
+                   "endpoint is back); its report is built again from every item.")
 def resume(run_id: str, broker: str | None, state_dir: Path, no_save: bool, output: Path | None, detach: bool,
-           timeout_s: float | None, as_json: bool) -> None:
+           timeout_s: float | None, as_json: bool, only: str | None) -> None:
     """Re-dispatch only a run's missing items (not done, not awaiting the judge, not in the broker),
     then wait for its report."""
     if not detach:
         check_report_outputs(state_dir, no_save, output)
     backend = farm(broker)
-    what = backend.resume(run_id)
-    click.echo(f"resumed {run_id}: dispatched {what['dispatched']} missing items"
+    what = backend.resume(run_id, only=only) if only else backend.resume(run_id)
+    click.echo(f"resumed {run_id}: dispatched {what['dispatched']} {only or 'missing'} items"
                f"{', ' + str(what['judge']) + ' to the judge' if what['judge'] else ''}; "
                f"{what.get('already_done', 0)} already done, {what.get('in_broker', 0)} still in the broker",
                err=True)

@@ -155,6 +155,49 @@ def export_csv(run: str, output: Path | None, state_dir: Path) -> None:
     _emit(csv_chunks(rows(report)), output)
 
 
+@export_cmd.command("trajectory")
+@click.argument("run")
+@click.option("--item", "item_key", help="One item (its key, or a unique prefix of it); default: every agent item.")
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="A folder: one ATIF JSON file per agent item (made if missing).")
+@state_dir_option
+def export_trajectory(run: str, item_key: str | None, output: Path, state_dir: Path) -> None:
+    """Each agent item's trajectory as Harbor's ATIF v1.4 JSON (one file per item). Trajectories are read
+    from the blob directory (the state dir's blobs, or EVALFARM_BLOB_DIR)."""
+    from ..interop.atif import encode, file_name, to_atif
+    from ..runs.state import StateDir
+
+    report, source = _report(run, state_dir)
+    blobs = StateDir.of(state_dir).blobs
+    items = [o for o in report.get("outcomes") or [] if isinstance(o, dict) and isinstance(o.get("agent"), dict)]
+    if item_key:
+        items = [o for o in items if str(o.get("key") or "").startswith(item_key)]
+        if len(items) != 1:
+            raise UsageError(f"--item {item_key}: {'no' if not items else len(items)} agent items of {source} match; "
+                             "give a key (or a unique prefix) from `evalfarm export jsonl`")
+    docs, missing = [], []
+    for o in items:
+        sha = str(o["agent"].get("trajectory_sha256") or "")
+        path = blobs / f"{sha}.trajectory.json"
+        if len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha) or not path.is_file():
+            missing.append(str(o.get("key"))[:12])
+            continue
+        try:
+            trajectory = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{path}: not a stored trajectory ({exc}); the blob directory is damaged") from None
+        docs.append((file_name(o), encode(to_atif(trajectory, o, str(report.get("run_id"))))))
+    if not docs:
+        raise UsageError(f"{source}: no agent item with a stored trajectory (looked in {blobs}; set "
+                         "EVALFARM_BLOB_DIR to where the run's agents stored theirs)")
+    output.mkdir(parents=True, exist_ok=True)
+    for name, data in docs:
+        atomic_write(output / name, data)
+    click.echo(f"wrote {len(docs)} ATIF trajectories to {output}"
+               + (f"; {len(missing)} agent items have none (no parser for their agent, or not stored here)"
+                  if missing else ""), err=True)
+
+
 @export_cmd.command("inspect")
 @click.argument("run")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,

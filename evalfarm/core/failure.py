@@ -3,7 +3,7 @@
 ``passed``; ``agent_failed`` (the agent finished, or exited non-zero, and the check failed);
 ``agent_timeout`` (the agent used its whole time budget); ``verifier_failed`` (the check itself
 could not run: its program is missing (exit 126/127) or it hit its own timeout); ``infra_failed``
-(the sandbox or worktree could not be made, the agent CLI did not start (exit 126/127, not found),
+(the sandbox or worktree could not be made or its `setup` failed, the agent CLI did not start (exit 126/127, not found),
 the model endpoint answered 5xx or could not be reached, the worker died); ``budget_stopped`` (the
 run's budget ran out before the item was sent).
 

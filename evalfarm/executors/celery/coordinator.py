@@ -8,6 +8,7 @@ for the judge, nor still in the broker.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -415,9 +416,12 @@ class CeleryBackend:
         judge_missing = sorted(k for k in pending if k not in done and k not in queued)
         return missing, judge_missing, len(done), len(queued)
 
-    def resume(self, run_id: str) -> dict[str, int]:
-        """Dispatch only what is missing; returns what was done. One resume at a time per run."""
+    def resume(self, run_id: str, only: str | None = None) -> dict[str, int]:
+        """Dispatch only what is missing; returns what was done. One resume at a time per run. ``only``
+        (a failure class, core/failure.py): a finished run's items of that class run again instead."""
         meta = self.meta(run_id)
+        if only is not None:
+            return self._rerun_class(run_id, meta, only)
         if self.store.report_size(run_id):
             return {"dispatched": 0, "judge": 0}
         token = self._take_lock(run_id)
@@ -440,6 +444,42 @@ class CeleryBackend:
         if not missing and not judge_missing and done >= meta["total"]:
             self.kick_aggregate(run_id)
         return {"dispatched": len(missing), "judge": len(judge_missing), "already_done": done, "in_broker": queued}
+
+    def _rerun_class(self, run_id: str, meta: dict[str, Any], only: str) -> dict[str, int]:
+        """A finished run's items of one failure class (``infra_failed``: the endpoint is back) run
+        again: their results are removed, the run reopens, only they are dispatched, and the report is
+        built again from every item's result once they are back."""
+        if not self.store.report_size(run_id) or self.store.get_state(run_id) != "done":
+            raise FarmError(f"run {run_id} has not finished; 'evalfarm resume {run_id}' (without --only) sends "
+                            "its missing items, --only re-runs a finished run's items of one class")
+        keys = list(self.store.iter_item_keys(run_id))
+        chosen: list[tuple[str, str]] = []
+        for i in range(0, len(keys), 2000):
+            chunk = keys[i:i + 2000]
+            for key, raw in zip(chunk, self.store.get_results(run_id, chunk)):
+                try:
+                    o = json.loads(raw) if raw else None
+                except ValueError:
+                    o = None
+                if isinstance(o, dict) and o.get("failure_class") == only:
+                    chosen.append((key, str(o.get("adapter"))))
+        if not chosen:
+            return {"dispatched": 0, "judge": 0, "already_done": len(keys), "in_broker": 0}
+        token = self._take_lock(run_id)
+        guard = _Guard(self, run_id, token)
+        try:
+            ok, state = self.store.transition(run_id, "dispatching", ("done",),
+                                              resumed=int(meta.get("resumed", 0)) + 1, rerun=only)
+            if not ok:
+                raise self.stopped_error(run_id, state)
+            self.store.forget(run_id, chosen)
+            self.store.clear_report(run_id)
+            self.store.release(run_id, "aggregate")
+        except BaseException:
+            self.store.release_lock(run_id, LOCK, token)
+            raise
+        self._dispatch(guard, batched([k for k, _ in chosen], meta["batch_size"]))
+        return {"dispatched": len(chosen), "judge": 0, "already_done": len(keys) - len(chosen), "in_broker": 0}
 
     def _fail_planning(self, run_id: str, meta: dict[str, Any]) -> FarmError:
         """A run found in ``planning`` by a resume that holds its lock: its coordinator is gone. The plan

@@ -38,6 +38,31 @@ def _k(run_id: str, part: str) -> str:
     return f"ef:run:{run_id}:{part}"
 
 
+_FORGET_LUA = """
+-- KEYS: results, rmeta, counts ; ARGV: pairs of (key, adapter): the items' results go, and their counts
+for i = 1, #ARGV, 2 do
+  local key, a = ARGV[i], ARGV[i + 1]
+  local old = redis.call('HGET', KEYS[2], key)
+  if redis.call('HDEL', KEYS[1], key) == 1 then
+    redis.call('HINCRBY', KEYS[3], 'done', -1)
+    redis.call('HINCRBY', KEYS[3], 'done:' .. a, -1)
+    if old then
+      local e, c = string.match(old, "^(%d+)|(-?%d+)$")
+      e = tonumber(e); c = tonumber(c)
+      if e ~= 0 then
+        redis.call('HINCRBY', KEYS[3], 'errors', -e)
+        redis.call('HINCRBY', KEYS[3], 'errors:' .. a, -e)
+      end
+      if c ~= 0 then
+        redis.call('HINCRBY', KEYS[3], 'cost_nusd', -c)
+        redis.call('HINCRBY', KEYS[3], 'cost_nusd:' .. a, -c)
+      end
+    end
+    redis.call('HDEL', KEYS[2], key)
+  end
+end
+return redis.call('HLEN', KEYS[1])
+"""
 _RECORD_LUA = """
 -- KEYS: results, rmeta, counts, pending, meta ; ARGV: triples of (key, json, adapter|err|cost)
 -- a run whose meta is gone (Redis lost its data) records nothing: -1
@@ -127,6 +152,7 @@ class RedisStore(RunStore):
                                                 "socket_keepalive": True, "socket_keepalive_options": KEEPALIVE,
                                                 **tls, **kwargs})
         self._record = self.r.register_script(_RECORD_LUA)
+        self._forget = self.r.register_script(_FORGET_LUA)
         self._refresh = self.r.register_script(_REFRESH_LUA)
         self._release = self.r.register_script(_RELEASE_LUA)
 
@@ -264,6 +290,13 @@ class RedisStore(RunStore):
         keys = [_k(run_id, "results"), _k(run_id, "rmeta"), _k(run_id, "counts"), _k(run_id, "pending"),
                 _k(run_id, "meta")]
         return int(self._record(keys=keys, args=args))
+
+    def forget(self, run_id: str, items: list[tuple[str, str]]) -> int:
+        """Remove these (key, adapter) items' results and their counts (``resume --only``: they run again)."""
+        args = [x for pair in items for x in pair]
+        if not args:
+            return int(self.r.hlen(_k(run_id, "results")))
+        return int(self._forget(keys=[_k(run_id, "results"), _k(run_id, "rmeta"), _k(run_id, "counts")], args=args))
 
     def counters(self, run_id: str) -> dict[str, int]:
         return {k.decode(): int(v) for k, v in self.r.hgetall(_k(run_id, "counts")).items()}
