@@ -156,3 +156,18 @@ def test_resume_only_infra_failed_reruns_just_those_items_on_the_farm(tmp_path, 
         assert again.returncode == 0 and "dispatched 0 infra_failed items" in again.stderr, again.stderr
     finally:
         server.stop()
+
+
+def test_worker_metrics_count_agent_items_by_failure_class(run):
+    from evalfarm.executors.celery import metrics
+
+    report, _ = run
+    before = {c: metrics.REGISTRY.get_sample_value("evalfarm_agent_items_total", {"adapter": "fake", "failure_class": c})
+              or 0.0 for c in ("passed", "infra_failed", "agent_timeout")}
+    for o in report["outcomes"]:
+        metrics.record_outcome(o)
+    after = {c: metrics.REGISTRY.get_sample_value("evalfarm_agent_items_total", {"adapter": "fake", "failure_class": c})
+             for c in before}
+    assert {c: after[c] - before[c] for c in before} == {"passed": 1, "infra_failed": 2, "agent_timeout": 1}
+    slow = next(o for o in report["outcomes"] if o["prompt_id"] == "slow")
+    assert metrics.status_of(slow) == "failed"  # measured, as the report counts it

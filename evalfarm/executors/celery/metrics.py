@@ -6,6 +6,7 @@ registry, so importing it twice or next to other collectors never clashes. Names
 Prometheus conventions: counters end in ``_total``, durations are ``_seconds``, money ``_usd``.
 
     evalfarm_items_total{adapter,status,failure_mode}   status: passed | failed | errored
+    evalfarm_agent_items_total{adapter,failure_class}   agent items by failure class (core/failure.py)
     evalfarm_provider_latency_seconds{adapter}          the answered request's round trip (waits apart)
     evalfarm_requests_in_flight{adapter}                gauge
     evalfarm_rate_limit_pauses_total{endpoint}          429 pauses started by this process
@@ -33,6 +34,9 @@ LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 
 ITEMS = Counter("evalfarm_items", "Items finished, by adapter, status (passed, failed, errored) and failure mode",
                 ["adapter", "status", "failure_mode"], registry=REGISTRY)
+AGENT_ITEMS = Counter("evalfarm_agent_items", "Agent items finished, by adapter and failure class (passed, "
+                      "agent_failed, agent_timeout, verifier_failed, infra_failed, budget_stopped)",
+                      ["adapter", "failure_class"], registry=REGISTRY)
 LATENCY = Histogram("evalfarm_provider_latency_seconds", "Provider latency: the answered request's round trip, "
                     "slot waits, 429 pauses and retries apart (a failed call: its whole duration)", ["adapter"],
                     buckets=LATENCY_BUCKETS, registry=REGISTRY)
@@ -66,7 +70,11 @@ def _tokens(value: Any) -> int:
 
 
 def status_of(outcome: dict[str, Any]) -> str:
-    """errored (nothing measured), passed or failed: the item's verdict, as the report counts it."""
+    """errored (nothing measured), passed or failed: the item's verdict, as the report counts it (an
+    agent's timeout is measured and failed; its infrastructure failure is unmeasured: errored)."""
+    if outcome.get("failure_class"):
+        verdict = item_passed(outcome)
+        return "errored" if verdict is None else "passed" if verdict else "failed"
     if outcome.get("error"):
         return "errored"
     return "passed" if item_passed(outcome) else "failed"
@@ -79,6 +87,8 @@ def record_outcome(outcome: dict[str, Any]) -> None:
     status = status_of(outcome)
     mode = outcome.get("failure_mode") or ("none" if status == "passed" else "unclassified")
     ITEMS.labels(adapter, status, _label(mode, 40)).inc()
+    if outcome.get("failure_class"):
+        AGENT_ITEMS.labels(adapter, _label(outcome["failure_class"], 40)).inc()
     for kind, cost, t_in, t_out in (("model", "cost_usd", "input_tokens", "output_tokens"),
                                     ("judge", "judge_cost_usd", "judge_input_tokens", "judge_output_tokens")):
         usd = _money(outcome.get(cost))
