@@ -9,6 +9,7 @@ from typing import Any
 from .ab import AbView
 from .farm import FarmView
 from .registry import RegistryView
+from . import trajectory
 from .runs import Runs
 from ..errors import UsageError
 from ..runs.state import StateDir
@@ -31,6 +32,8 @@ class State:
         from .reports import SHOWN_CHARS
 
         c = self.runs.case(rid, index)
+        if c.get("trajectory_sha256"):
+            c["trajectory"] = trajectory.load(self.dir.blobs, c["trajectory_sha256"])
         if c["input"] is None and self.broker and c["key"]:
             c["input"] = self.farm.item_input(rid, c["key"], SHOWN_CHARS)
             c["input_source"] = "farm run store" if c["input"] is not None else None

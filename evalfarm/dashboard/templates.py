@@ -100,7 +100,7 @@ trials {{ run.trials }} · finished {{ run.finished_at | ts }} · {{ run.duratio
 CASE = """{% extends "base.html" %}{% block title %}Case {{ c.index }}{% endblock %}{% block main %}
 <p><a href="/runs/{{ c.run.run_id | urlencode }}#cases">← run {{ c.run.run_id }}</a> · spec <span class="spec">{{ c.run.spec_name }}</span></p>
 <h1>{{ c.adapter }} / {{ c.prompt_id }} <small>trial {{ c.trial }}</small> <span class="s-{{ c.status }}">{{ c.status }}</span>
-{% if c.failure_mode %}<span class="mode">{{ c.failure_mode }}</span>{% endif %}</h1>
+{% if c.failure_mode %}<span class="mode">{{ c.failure_mode }}</span>{% endif %}{% if c.failure_class %} <span class="mode" id="failure-class">{{ c.failure_class }}</span>{% endif %}</h1>
 <p class="meta">latency {{ c.latency_ms | num }} ms · finish {{ c.finish_reason or "n/a" }} · tokens {{ c.input_tokens }} in / {{ c.output_tokens }} out
 · model {{ c.cost_usd | usd }} · judge {{ c.judge_cost_usd | usd }} ({{ c.judge_input_tokens + c.judge_output_tokens }} tokens)
 {% if c.attempts %} · {{ c.attempts | num }} attempt(s){% endif %}{% if c.cached %} · from cache{% endif %}
@@ -111,6 +111,16 @@ CASE = """{% extends "base.html" %}{% block title %}Case {{ c.index }}{% endbloc
 <section><h2>Output</h2>{% if c.output is not none %}<pre id="case-output">{{ c.output }}</pre>{% if c.output_truncated %}<p class="warn" id="output-cut">the first {{ c.output | length }} characters shown{% if c.output_bytes %} (the whole output: about {{ c.output_bytes }} bytes){% endif %}</p>{% endif %}
 <p class="meta"><a id="output-download" href="/runs/{{ c.run.run_id | urlencode }}/cases/{{ c.index }}/output" download>download the whole output</a></p>{% else %}<p class="meta">no output</p>{% endif %}
 {% for k, why in c.dropped.items() %}<p class="warn">{{ k }} not shown: {{ why }}</p>{% endfor %}</section></div>
+{% if c.trajectory %}<section id="trajectory"><h2>Trajectory <small>{{ c.trajectory.agent }}: {{ c.trajectory.steps | length }} steps{% if c.trajectory.input_tokens is not none %} · {{ c.trajectory.input_tokens | num }} tokens in / {{ c.trajectory.output_tokens | num }} out{% endif %}</small></h2>
+{% if c.trajectory.missing %}<p class="warn" id="trajectory-missing">trajectory {{ c.trajectory_sha256[:12] }} not shown: {{ c.trajectory.missing }}</p>{% else %}
+<ol class="timeline">{% for s in c.trajectory.steps %}<li class="step step-{{ s.source }}" data-source="{{ s.source }}">
+<span class="meta">{{ s.source | replace("_", " ") }}{% if s.timestamp %} · {{ s.timestamp }}{% endif %}</span>
+{% if s.source == "model_call" %}<span class="tokens">{{ s.model or "" }} · {{ s.input_tokens | num }} tokens in{% if s.cached_input_tokens %} ({{ s.cached_input_tokens | num }} cached){% endif %}{% if s.output_tokens is not none %} / {{ s.output_tokens | num }} out{% endif %}{% if s.scope %} (per {{ s.scope }}){% endif %}</span>
+{% elif s.source == "agent" %}<pre class="agent-text{% if s.thinking %} thinking{% endif %}">{{ s.text }}</pre>
+{% elif s.source == "tool_call" %}<b class="tool-name">{{ s.name }}</b><pre class="tool-args">{{ s.arguments }}</pre>
+{% else %}<details class="tool-result"><summary>result{% if s.is_error %} (error){% endif %}{% if s.exit_code is not none %} · exit {{ s.exit_code | num }}{% endif %}{% if s.original_chars %} · cut from {{ s.original_chars | num }} characters{% endif %}</summary><pre>{{ s.content }}</pre></details>{% endif %}
+</li>{% endfor %}</ol>{% if c.trajectory.not_shown %}<p class="warn">{{ c.trajectory.not_shown }} more steps not shown</p>{% endif %}{% endif %}
+</section>{% endif %}
 <section><h2>Checks <small>golden: {{ "pass" if c.golden_passed else "fail" if c.golden_passed is false else "n/a" }}</small></h2>
 {% if c.golden_reason %}<p>{{ c.golden_reason }}</p>{% endif %}
 <table class="checks"><thead><tr><th>check</th><th>verdict</th><th>reason</th></tr></thead><tbody>
