@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -44,3 +45,73 @@ def test_256_in_flight_on_two_workers_never_runs_out_of_connections(tmp_path, pr
     assert stats["requests"] == 1000, stats  # every item called once: no batch ran twice
     assert stats["max_in_flight"] <= 256, stats
     assert report["items_done"] == 1000 and report["per_adapter"]["m"]["errors"] == 0
+
+
+def first_after(p, t: float) -> float | None:
+    later = [r["t"] for r in p.stats_requests() if r["t"] > t]
+    return min(later) - t if later else None
+
+
+def test_a_redis_restart_mid_run_loses_no_slot(tmp_path, provider, start_worker):
+    """appendonly Redis shut down and started again ~1 s later, mid-run, `--concurrency 4` at 300 ms:
+    the releases made during the outage are not lost (slots held are re-asserted, the rest expire
+    with their lease), so the run goes on within seconds of Redis coming back."""
+    p = provider("--latency-ms", "300")
+    server = RedisServer(tmp_path, appendonly=True)
+    server.start()
+    env = {"EVALFARM_VISIBILITY_TIMEOUT": "30"}
+    try:
+        start_worker(server.url, concurrency=4, EVALFARM_MAX_IN_FLIGHT="64", **env)
+        res = run_cli("run", str(suite(tmp_path, p.url, 100)), "--detach", "--concurrency", "4",
+                      "--batch-size", "5", broker=server.url, **env)
+        assert res.returncode == 0, res.stderr
+        run_id = res.stdout.strip()
+        wait_for(lambda: p.stats()["requests"] >= 20, 60, "20 requests at the provider")
+        server.stop()  # SIGTERM: Redis writes its appendonly file and exits
+        time.sleep(1.0)  # the outage of the reproduction: ~1 s
+        server.start()
+        back = time.time()
+        res = run_cli("wait", run_id, "--json", "--no-save", "--timeout", "45", broker=server.url, timeout=120, **env)
+        assert res.returncode == 0, res.stderr[-2000:]
+        report = json.loads(res.stdout)
+    finally:
+        server.stop()
+    gap = first_after(p, back)
+    assert gap is not None and gap < 5.0, gap
+    assert report["items_done"] == 100 and not [o for o in report["outcomes"] if o.get("error")]
+    print(f"\nRedis back -> next provider call: {gap:.2f} s")
+
+
+def test_a_stopped_workers_slots_return_within_the_lease(tmp_path, provider, redis_server, start_worker):
+    """Worker A holds all 4 of a run's slots and is SIGSTOPped: `status` names A and how long since it
+    renewed; worker B, started then, gets the slots once A's lease (here 3 s) has run out."""
+    p = provider("--latency-ms", "200")
+    env = {"EVALFARM_LEASE_S": "3", "EVALFARM_VISIBILITY_TIMEOUT": "20"}
+    a = start_worker(redis_server.url, concurrency=4, **env)
+    res = run_cli("run", str(suite(tmp_path, p.url, 120)), "--detach", "--concurrency", "4", "--batch-size", "4",
+                  broker=redis_server.url, **env)
+    assert res.returncode == 0, res.stderr
+    run_id = res.stdout.strip()
+    import redis as redis_py
+    r = redis_py.Redis.from_url(redis_server.url)
+    wait_for(lambda: sum(int(v) for v in r.hgetall(f"ef:lim:run:{run_id}:leases").values()) == 4, 30,
+             "worker A holding the run's 4 slots")
+    os.killpg(a.proc.pid, signal.SIGSTOP)
+    stopped = time.time()
+    try:
+        def said() -> str | None:
+            out = run_cli("status", run_id, broker=redis_server.url, **env).stdout
+            return out if "no renewal for" in out else None
+
+        out = wait_for(said, 30, "status naming the stopped holder")
+        assert f":{a.proc.pid} 4 (no renewal for" in out and "4 of 4 fleet slots held" in out, out
+        start_worker(redis_server.url, concurrency=4, **env)
+        wait_for(lambda: first_after(p, stopped + 0.5), 30, "a request from worker B")
+        took = first_after(p, stopped + 0.5) + 0.5
+        assert took < 3 + 8, took  # the lease, plus B's start-up (~2-5 s here)
+    finally:
+        os.killpg(a.proc.pid, signal.SIGCONT)
+    res = run_cli("wait", run_id, "--json", "--no-save", "--timeout", "90", broker=redis_server.url, timeout=120, **env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads(res.stdout)["items_done"] == 120
+    print(f"\nSIGSTOP of the holder -> the next provider call (from a worker started then): {took:.2f} s")

@@ -104,6 +104,7 @@ class CeleryBackend:
         self.store = store_for(url)
         self._meta: dict[str, dict[str, Any]] = {}
         self._suspects: dict[str, set[str]] = {}  # run -> items nobody held at the last stall check
+        self._slots_said: dict[str, str] = {}  # run -> the fleet-slot holding last said
 
     # -- submit ---------------------------------------------------------------------------
     def start(self, plan: Plan, engine: Engine | None = None, on_progress: ProgressFn | None = None) -> None:
@@ -341,6 +342,8 @@ class CeleryBackend:
         if said == "full":
             say(f"run {run_id}: Redis has room again; the run goes on ({p.done:,}/{p.total:,} done)")
             said = None
+        if quiet_s >= self.settings.stall_notice_s:
+            self._slots_notice(run_id, p)
         if quiet_s < self.settings.stall_notice_s or not p.executed:
             self._suspects.pop(run_id, None)
             return said if said != "stalled" else None
@@ -357,6 +360,22 @@ class CeleryBackend:
                     "dispatches them")
             return "stalled"
         return said
+
+    def fleet_slots(self, run_id: str) -> str | None:
+        """Who holds the run's ``--concurrency`` slots (None: the run has no cap, or none is held)."""
+        cap = ((self._meta.get(run_id) or self.meta(run_id)).get("options") or {}).get("max_in_flight")
+        if not cap:
+            return None
+        from .leases import describe
+
+        return describe(self.store.r, f"run:{run_id}", int(cap))
+
+    def _slots_notice(self, run_id: str, p: Progress) -> None:
+        """A quiet run with a ``--concurrency`` cap: say who holds its slots (each distinct holding once)."""
+        note = self.fleet_slots(run_id)
+        if note and self._slots_said.get(run_id) != note.split(" (")[0]:
+            self._slots_said[run_id] = note.split(" (")[0]
+            say(f"run {run_id} ({p.done:,}/{p.total:,} done) waits for its fleet slots: {note}")
 
     def _late_cancel_notice(self, run_id: str) -> None:
         meta = self.store.get_meta(run_id) or {}

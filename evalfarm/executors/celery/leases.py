@@ -291,3 +291,21 @@ def holders(r, eid: str, now_ms: int | None = None) -> list[tuple[str, int, floa
         age = (now_ms - score) / 1000 if score is not None else float("inf")
         out.append((name, int(n), age))
     return sorted(out, key=lambda x: -x[1])
+
+
+def describe(r, eid: str, max_n: int, lease: float | None = None) -> str | None:
+    """``4 of 4 fleet slots held: worker H 4 (no renewal for 12 s: its lease ran out)``, or None when
+    no slot is held. ``r``: a sync client; ``lease``: seconds (the reader's ``EVALFARM_LEASE_S``)."""
+    lease = lease if lease is not None else lease_s()
+    found = holders(r, eid)
+    if not found:
+        return None
+    parts = []
+    for holder, n, age in found[:4]:
+        name = holder.rsplit("/", 1)[0]
+        host_pid = ":".join(name.split(":")[:2])
+        note = (f"no renewal for {age:.0f} s: its lease ran out, the next worker that asks takes them"
+                if age > lease else f"renewed {age:.0f} s ago")
+        parts.append(f"worker {host_pid} {n} ({note})")
+    more = f" and {len(found) - 4} more worker(s)" if len(found) > 4 else ""
+    return f"{sum(n for _, n, _ in found)} of {max_n} fleet slots held: " + ", ".join(parts) + more
