@@ -444,8 +444,9 @@ class CeleryBackend:
         try:
             if not meta.get("planned"):
                 raise self._fail_planning(run_id, meta)
-            ok, state = self.store.transition(run_id, "dispatching", ("dispatching", "running", "cancelled"),
-                                              resumed=int(meta.get("resumed", 0)) + 1)
+            resumable = ("dispatching", "running", "cancelled") + (("failed",) if meta.get("spend_lost") else ())
+            ok, state = self.store.transition(run_id, "dispatching", resumable, resumed=int(meta.get("resumed", 0)) + 1, failure=None,
+                                              spend_lost=False)
             if not ok:
                 if state == "done" or self.store.report_size(run_id):
                     self.store.release_lock(run_id, LOCK, token)
