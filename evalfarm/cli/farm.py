@@ -76,7 +76,9 @@ def still_running(run_id: str) -> None:
 @click.command()
 @click.option("--pool", type=click.Choice(["provider", "judge", "spawn", "aggregate", "all"]), default="all",
               show_default=True, help="Which queues to consume, with that pool's settings "
-                                      "(evalfarm/executors/celery/pools.py).")
+                                      "(evalfarm/executors/celery/pools.py). 'all' means all: provider, judge "
+                                      "and aggregate in this process, and spawn (coding agents) in a child "
+                                      "'worker --pool spawn' started when a spawn task first waits.")
 @click.option("-c", "--concurrency", type=click.IntRange(1, 512),
               help="Tasks this worker runs at once (threads sharing one event loop); default: the pool's.")
 @broker_option
@@ -133,6 +135,10 @@ def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str
         app = spawn_worker_app(settings, spec)
     else:
         app = worker_app(settings, pool=spec)
+    if pool == "all":
+        from ..executors.celery.spawn import spawn_companion
+
+        spawn_companion(settings, loglevel)
     app.conf.worker_send_task_events = not no_events
     # heartbeats on (Flower and `celery events` see the worker alive); no gossip (every worker would
     # consume every other worker's events) and no mingle (a start-up round trip to the others)

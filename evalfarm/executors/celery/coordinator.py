@@ -105,6 +105,7 @@ class CeleryBackend:
         self._meta: dict[str, dict[str, Any]] = {}
         self._suspects: dict[str, set[str]] = {}  # run -> items nobody held at the last stall check
         self._slots_said: dict[str, str] = {}  # run -> the fleet-slot holding last said
+        self._queues_said: dict[str, set[str]] = {}  # run -> queues said to have no consumer
 
     # -- submit ---------------------------------------------------------------------------
     def start(self, plan: Plan, engine: Engine | None = None, on_progress: ProgressFn | None = None) -> None:
@@ -344,6 +345,7 @@ class CeleryBackend:
             said = None
         if quiet_s >= self.settings.stall_notice_s:
             self._slots_notice(run_id, p)
+            self._queue_notice(run_id, p)
         if quiet_s < self.settings.stall_notice_s or not p.executed:
             self._suspects.pop(run_id, None)
             return said if said != "stalled" else None
@@ -376,6 +378,27 @@ class CeleryBackend:
         if note and self._slots_said.get(run_id) != note.split(" (")[0]:
             self._slots_said[run_id] = note.split(" (")[0]
             say(f"run {run_id} ({p.done:,}/{p.total:,} done) waits for its fleet slots: {note}")
+
+    def _queue_notice(self, run_id: str, p: Progress) -> None:
+        """A quiet run whose batches sit on a queue no live worker consumes: say which queue and which
+        pool to start (once per queue)."""
+        from .broker_scan import consumed_queues, queued_per_queue
+        from .spawn import _client, spawn_broker_url
+
+        waiting = queued_per_queue(self.store.r, run_id, ("provider", "judge", "aggregate"))
+        url = spawn_broker_url(self.settings)
+        spawn_r = self.store.r if url == self.settings.broker_url else _client(url)
+        waiting.update(queued_per_queue(spawn_r, run_id, ("spawn",)))
+        live = consumed_queues(self.store.r)
+        if live is None:
+            return
+        said = self._queues_said.setdefault(run_id, set())
+        for queue, n in sorted(waiting.items()):
+            if queue not in live and queue not in said:
+                said.add(queue)
+                say(f"run {run_id} ({p.done:,}/{p.total:,} done): {n:,} task(s) wait on the '{queue}' queue and no "
+                    f"live worker consumes it: start 'evalfarm worker --pool {queue}' (or --pool all, which serves "
+                    "provider, judge, aggregate and spawn)")
 
     def _late_cancel_notice(self, run_id: str) -> None:
         meta = self.store.get_meta(run_id) or {}
