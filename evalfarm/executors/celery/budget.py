@@ -39,7 +39,8 @@ IDLE_STOP_S = 120.0  # the re-stating task stops this long after the worker's la
 
 _SPEND = """
 -- KEYS: spend (hash process -> its record), counts, meta, state ; ARGV: process, its record, limit
--- returns {state, {process, record, ...}} or {'gone'} when the run's meta is gone
+-- returns {state, {process, record, ...}, epoch} or {'gone'} when the run's meta is gone (the epoch
+-- moves when a run stopped for lost records is resumed: what the store holds then is the baseline)
 if redis.call('EXISTS', KEYS[3]) == 0 then return {'gone'} end
 local mine = tonumber(ARGV[2])
 if mine > 0 and mine > tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') then
@@ -59,7 +60,7 @@ if total > before then
     redis.call('HSET', KEYS[2], 'budget_crossed_us', t[1] .. string.rep('0', 6 - #t[2]) .. t[2])
   end
 end
-return {redis.call('GET', KEYS[4]) or '', all}
+return {redis.call('GET', KEYS[4]) or '', all, redis.call('HGET', KEYS[2], 'spend_epoch') or '0'}
 """
 
 
@@ -79,8 +80,8 @@ class RedisSpend:
         self.stated = 0  # the record Redis last took
         self.seen: dict[str, int] = {}  # the highest record seen per process
         self.low_since: dict[str, float] = {}  # records found below what was seen, since when
+        self.epoch = 0  # the run's spend epoch (moved by a resume after lost records)
         self._over = False
-        self._stopped: str | None = None
         self._last_call = 0.0
         self._task: asyncio.Task | None = None
 
@@ -103,6 +104,9 @@ class RedisSpend:
         now = time.monotonic()
         current = {flat[i].decode(): int(flat[i + 1]) for i in range(0, len(flat), 2)}
         current[self.holder] = max(current.get(self.holder, 0), mine)
+        epoch = int(reply[2] or 0)
+        if epoch != self.epoch:  # resumed after checking: the records as they are now are the baseline
+            self.epoch, self.seen, self.low_since = epoch, dict(current), {}
         lost = []
         for h in set(current) | set(self.seen):
             value, seen = current.get(h, 0), self.seen.get(h, 0)

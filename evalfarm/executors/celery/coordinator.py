@@ -470,6 +470,8 @@ class CeleryBackend:
             resumable = ("dispatching", "running", "cancelled") + (("failed",) if meta.get("spend_lost") else ())
             ok, state = self.store.transition(run_id, "dispatching", resumable, resumed=int(meta.get("resumed", 0)) + 1, failure=None,
                                               spend_lost=False)
+            if ok and meta.get("spend_lost"):  # the user checked: workers take the records as they are now
+                self.store.r.hincrby(f"ef:run:{run_id}:counts", "spend_epoch", 1)
             if not ok:
                 if state == "done" or self.store.report_size(run_id):
                     self.store.release_lock(run_id, LOCK, token)

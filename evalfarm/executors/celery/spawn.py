@@ -227,7 +227,10 @@ def spawn_queue_depth(r) -> int:
     """Messages waiting on the spawn queue (its priority lists included)."""
     from .broker_scan import PRIORITY_SEP as sep
 
-    return sum(int(r.llen(k)) for k in ["spawn"] + [f"spawn{sep}{p}" for p in range(1, 10)])
+    pipe = r.pipeline(transaction=False)
+    for k in ["spawn"] + [f"spawn{sep}{p}" for p in range(1, 10)]:
+        pipe.llen(k)
+    return sum(int(n) for n in pipe.execute())
 
 
 def spawn_companion(settings: FarmSettings, loglevel: str, poll_s: float = COMPANION_POLL_S) -> threading.Thread:
