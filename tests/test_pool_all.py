@@ -33,7 +33,7 @@ def test_a_queue_no_live_worker_consumes_is_named_with_the_pool_to_start(tmp_pat
     res = run_cli("run", str(tmp_path / "s.yaml"), "--detach", broker=redis_server.url, **env)
     assert res.returncode == 0, res.stderr
     run_id = res.stdout.strip()
-    res = run_cli("wait", run_id, "--no-save", "--timeout", "6", broker=redis_server.url, timeout=60, **env)
+    res = run_cli("wait", run_id, "--no-save", "--timeout", "4", broker=redis_server.url, timeout=60, **env)
     lines = [x for x in res.stderr.splitlines() if "no live worker consumes it" in x]
     assert len(lines) == 1, res.stderr[-2000:]
     assert "wait on the 'provider' queue" in lines[0] and "'evalfarm worker --pool provider'" in lines[0], lines[0]

@@ -17,7 +17,7 @@ import redis
 from conftest import RedisServer, run_cli, wait_for
 
 CALL_USD = 0.4
-ENV = {"EVALFARM_MAX_IN_FLIGHT": "4", "EVALFARM_VISIBILITY_TIMEOUT": "10"}
+ENV = {"EVALFARM_MAX_IN_FLIGHT": "4", "EVALFARM_VISIBILITY_TIMEOUT": "3"}  # batches take < 1 s
 
 
 def priced(tmp: Path, url: str, n: int) -> Path:
@@ -33,7 +33,7 @@ def test_a_restore_from_an_older_snapshot_does_not_spend_the_budget_again(tmp_pa
     """--max-cost 80 at $0.40 a call (200 calls); SAVE after ~40 calls, SHUTDOWN NOSAVE after ~100,
     Redis started again from that snapshot: the counter reads the whole spend again within a second
     and the provider sees at most the budget plus the calls in flight."""
-    p = provider("--latency-ms", "300")
+    p = provider("--latency-ms", "200")
     server = RedisServer(tmp_path)
     server.start()
     try:
