@@ -151,3 +151,34 @@ def test_until_decided_on_the_farm_and_with_a_provider(tmp_path, redis_server, s
         rows = [json.loads(x) for x in (cwd / ".evalfarm" / "cost" / "ledger.jsonl").read_text().splitlines()]
         assert len(rows) == seq["rounds"] * 20 and len({x["run_id"] for x in rows}) == seq["rounds"]
         assert run_cli("ab", "verify", str(artifact_of(cwd, res.stdout)), cwd=cwd).returncode == 0
+
+
+def test_plan_sends_nothing_and_plans_from_the_last_comparison_of_the_suite(tmp_path, provider):
+    server = provider()
+    suite = tmp_path / "echo.yaml"
+    suite.write_text("name: echo\ntasks:\n" + "".join(
+        f"  - {{id: t{i}, input: 'Say word{i}', expected: {'word' if i % 3 else 'nope'}{i}}}\n" for i in range(10)))
+    base = ("ab", "--suite", str(suite), "--arm-a", "balanced", "--arm-b", "terse", "--executor", "provider",
+            "--model", "mock-1", "--base-url", server.url, "--price", "3,15")
+    fixed = run_cli(*base, "--trials", "3", "--plan", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stderr
+    assert "3 trial(s) per task per arm: 60 items" in fixed.stdout and "estimated cost ≈ $" in fixed.stdout
+    assert "detects with 80% power (alpha 0.05, two-sided) is 0.4" in fixed.stdout  # 10 tasks, worst case
+    assert "variance assumed: pass/fail at 50%" in fixed.stdout and "nothing was sent (--plan)" in fixed.stdout
+    seq = run_cli(*base, "--until-decided", "--max-trials", "8", "--plan", "--json", cwd=tmp_path)
+    assert seq.returncode == 0, seq.stderr
+    plan = json.loads(seq.stdout)
+    assert plan["items_per_round"] == 20 and plan["items_at_most"] == 160 and plan["sequential"]["max_trials"] == 8
+    assert plan["estimate_at_most_usd"] == round(plan["estimate_per_round"]["total_usd"] * 8, 8) > 0
+    assert 0 < plan["fixed_mdd"] < plan["mdd"] <= 1  # being allowed to stop at any time costs power
+    assert server.stats()["requests"] == 0 and not (tmp_path / ".evalfarm").exists()
+    # after a comparison of this suite, the plan uses the variance it observed (the echo: no trial noise)
+    ran = run_cli(*base, "--trials", "2", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    sent = server.stats()["requests"]
+    again = run_cli(*base, "--trials", "3", "--plan", "--json", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    observed = json.loads(again.stdout)
+    assert observed["variance"]["source"] == "observed" and observed["variance"]["from"].startswith("observed in ")
+    assert observed["variance"]["within"] < 1e-9 and observed["fixed_mdd"] < json.loads(seq.stdout)["fixed_mdd"]
+    assert server.stats()["requests"] == sent

@@ -18,7 +18,7 @@ from .overnight import budget_options
 VARIANT_FLAGS = ("variant_a", "variant_b", "tasks")
 SUITE_FLAGS = ("suite", "arm_a", "arm_b")
 SUITE_ONLY = ("arms", "trials", "executor", "model", "role", "timeout_s", "ledger", "reports_dir", "audit_dir",
-              "base_url", "api_key_env", "price", "agent", "until_decided", "max_trials", "alpha", "margin")
+              "base_url", "api_key_env", "price", "agent", "until_decided", "max_trials", "alpha", "margin", "plan")
 SEQUENTIAL_ONLY = ("max_trials", "alpha", "margin")
 VARIANT_ONLY = ("scorer",)
 
@@ -166,6 +166,10 @@ dir_option = dict(type=click.Path(file_okay=False, path_type=Path))
 @click.option("--margin", type=click.FloatRange(0, 1, max_open=True),
               help="With --until-decided: differences within +-M count as equivalent (a tie); 0 never declares one "
                    "[default: 0.05, the fixed design's non-inferiority margin].")
+@click.option("--plan", is_flag=True,
+              help="Suite mode: print the design, its estimated cost and the smallest pass-rate difference it detects "
+                   "at 80% power (variance from the last comparison of this suite, else the worst case), and exit "
+                   "without calling any model.")
 @click.option("--executor", type=click.Choice(["synthetic", "provider", "spawn"]),
               help="synthetic: offline, deterministic; provider: a real OpenAI-compatible model; "
                    "spawn: real coding agents in git worktrees (a spawn suite) [default: synthetic].")
@@ -282,7 +286,8 @@ def _suite_mode(o: dict[str, Any]) -> None:
                             api_key_env=o["api_key_env"], price=_price(o["price"]), role=o["role"] or "backend",
                             timeout_s=o["timeout_s"], agent=o["agent"])
     executor.load_suite(o["suite"])  # the suite (and, spawn, the repo, base and agent) before any work
-    _check_outputs(o, executor)
+    if not o["plan"]:  # a plan writes nothing
+        _check_outputs(o, executor)
     design = None
     if o["until_decided"]:
         from ..ab import sequential
@@ -293,6 +298,16 @@ def _suite_mode(o: dict[str, Any]) -> None:
     prepared = prepare_suite(suite_path=o["suite"], arm_a=o["arm_a"], arm_b=o["arm_b"], arms=arms, trials=trials,
                              executor=executor, role=o["role"] or "backend", ledger=o["ledger"],
                              reports_dir=o["reports_dir"], audit_dir=o["audit_dir"], sequential=design)
+    if o["plan"]:
+        from ..ab import planning
+
+        p = planning.plan(prepared, design, _prices(executor))
+        if o["as_json"]:
+            click.echo(planning.to_json(p))
+        else:
+            for line in planning.lines(p):
+                click.echo(line)
+        return
     # spawn: --timeout bounds each task; the run takes as long as its tasks do
     wait_s = None if spawn else o["timeout_s"] or 1800.0
     if design:  # the budget is checked for one round now, and before every later round

@@ -94,3 +94,11 @@ def affordable(spec: Any, prompts: Iterable[Any], trials: int | None, left_usd: 
     from ..engine.budget import estimate
 
     return estimate(spec, prompts, trials, prices).total_usd <= left_usd
+
+
+def estimate_of(spec: Any, prompts: Iterable[Any], trials: int | None, prices: Mapping[str, Any] | None = None):
+    """The run's cost estimate (``engine.budget.Estimate``: ``line()``, ``total_usd``, ``as_dict()``), for a
+    plan shown before anything is sent."""
+    from ..engine.budget import estimate
+
+    return estimate(spec, prompts, trials, prices)
