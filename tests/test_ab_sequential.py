@@ -182,3 +182,32 @@ def test_plan_sends_nothing_and_plans_from_the_last_comparison_of_the_suite(tmp_
     assert observed["variance"]["source"] == "observed" and observed["variance"]["from"].startswith("observed in ")
     assert observed["variance"]["within"] < 1e-9 and observed["fixed_mdd"] < json.loads(seq.stdout)["fixed_mdd"]
     assert server.stats()["requests"] == sent
+
+
+def test_dashboard_draws_the_confidence_sequence_and_the_stopping_point(tmp_path):
+    import re
+
+    from dashboard_support import Serve
+
+    state = tmp_path / "state"
+    res = run_cli("ab", "--suite", SMOKE, "--arm-a", "baseline", "--arm-b", "verbose", "--until-decided", "--margin",
+                  "0.3", "--json", cwd=tmp_path, EVALFARM_STATE_DIR=str(state))
+    assert res.returncode == 0, res.stderr
+    seq = json.loads(res.stdout)["sequential"]
+    sha = hashlib.sha256(res.stdout.strip().encode()).hexdigest()
+    s = Serve(state)
+    try:
+        status, _, body = s.get(f"/ab/{sha}")
+        assert status == 200
+        page = body.decode() if isinstance(body, bytes) else body
+        [chart] = re.findall(r'<svg class="chart sequence".*?</svg>', page, re.S)
+        rounds = re.findall(r'<line class="round( decided)?" data-round="(\d+)" data-lo="([^"]+)" data-hi="([^"]+)"', chart)
+        assert [int(r[1]) for r in rounds] == list(range(1, seq["rounds"] + 1))
+        assert [(float(r[2]), float(r[3])) for r in rounds] == [(h["lo"], h["hi"]) for h in seq["history"]]
+        assert [bool(r[0]) for r in rounds] == [h["decision"] != "continue" for h in seq["history"]]
+        assert re.findall(r'<line class="stop" data-round="(\d+)"', chart) == [str(seq["decision_round"])]
+        assert len(re.findall(r'<line class="margin"', chart)) == 2
+        assert "equivalent</b> at round 5" in page and "ok sequential decision: equivalent after 5 round(s)" in page
+        assert s.json(f"/api/ab/{sha}")["sequential"]["decision_round"] == 5
+    finally:
+        s.stop()
