@@ -81,7 +81,7 @@ def plan(prepared: Any, design: dict[str, Any] | None, prices: dict[str, Any] | 
         per_round = estimate_of(prepared.spec, prepared.spec.prompts, 1, prices)
         out.update(sequential=design, items_per_round=tasks * n_arms, items_at_most=tasks * n_arms * design["max_trials"],
                    estimate_per_round=per_round.to_dict(), estimate_line=per_round.line(),
-                   estimate_at_most_usd=round(per_round.total_usd * design["max_trials"], 8))
+                   estimate_at_most_usd=None if per_round.unpriced else round(per_round.total_usd * design["max_trials"], 8))
         trials = design["max_trials"]
         if tasks >= 1:
             out["mdd"] = compare.rnd(sequential_mdd(tasks, trials, variance, alpha))
@@ -108,7 +108,8 @@ def lines(p: dict[str, Any]) -> list[str]:
         out.append(f"{head}; sequential ({d['method']}, alpha {d['alpha']:g}, margin {d['margin']:g}): rounds of "
                    f"{p['items_per_round']} items (one trial per task per arm) until decided, at most {d['max_trials']} "
                    f"rounds ({p['items_at_most']} items)")
-        out.append(f"per round: {p['estimate_line']}; at most {d['max_trials']} rounds ≈ ${p['estimate_at_most_usd']:.4f}")
+        most = "cost unknown (no price)" if p["estimate_at_most_usd"] is None else f"≈ ${p['estimate_at_most_usd']:.4f}"
+        out.append(f"per round: {p['estimate_line']}; at most {d['max_trials']} rounds {most}")
         out.append(f"power: by round {d['max_trials']} the sequential test finds a pass-rate difference of about "
                    f"{p['mdd']:.4f} with {p['power']:.0%} power (a fixed design of {d['max_trials']} trials per task: "
                    f"{fixed}); larger differences stop it sooner; {var_text}")

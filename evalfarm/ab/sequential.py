@@ -207,5 +207,5 @@ def summary_line(seq: dict[str, Any], tasks: int, n_arms: int) -> str:
         k = fixed["trials_per_task"]
         word = "fewer" if saved["vs_power_sized"] >= 0 else "more"
         parts.append(f"{abs(saved['vs_power_sized'])} {word} than a fixed design sized for the observed "
-                     f"{fixed['effect']:g} at {fixed['power']:.0%} power ({k} trials per task)")
+                     f"{fixed['effect']:g} at {fixed['power']:.0%} power ({k} trial(s) per task)")
     return "; ".join(parts)
