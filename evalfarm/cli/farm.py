@@ -111,8 +111,14 @@ def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
                                                          r["spec"], r["started_at"])))
         return
     meta = backend.meta(run_id)
-    p = backend.progress(run_id)
-    queued, in_hands = backend.open_items(run_id)  # not done, not awaiting the judge
+    # the counters and the broker are read one after the other while workers record items: read again
+    # until nothing moved between the two reads, so an item finishing in between is not shown "missing"
+    for _ in range(5):
+        before = backend.progress(run_id)
+        queued, in_hands = backend.open_items(run_id)  # not done, not awaiting the judge
+        p = backend.progress(run_id)
+        if (p.done, p.pending_judge) == (before.done, before.pending_judge):
+            break
     info = {"run_id": run_id, "spec": meta["spec"]["name"], "state": meta.get("state"), "total": p.total,
             "done": p.done, "errors": p.errors, "pending_judge": p.pending_judge, "queued": queued,
             "in_hands": in_hands, "in_broker": queued + in_hands,
