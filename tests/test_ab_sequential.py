@@ -211,3 +211,27 @@ def test_dashboard_draws_the_confidence_sequence_and_the_stopping_point(tmp_path
         assert s.json(f"/api/ab/{sha}")["sequential"]["decision_round"] == 5
     finally:
         s.stop()
+
+
+def test_until_decided_with_spawned_agents(tmp_path):
+    import yaml
+
+    from spawn_support import assert_clean, fake_adapter, make_repo, spawn_env
+
+    repo = make_repo(tmp_path / "repo")
+    suite = tmp_path / "suite.yaml"  # 8 agent tasks: the check passes on half of them, in both arms
+    suite.write_text(yaml.safe_dump({"name": "greet", "repo": str(repo), "base": "main", "adapters": [fake_adapter()],
+                                     "tasks": [{"id": f"t{i}", "prompt": "ok", "check": "true" if i % 2 else "false"}
+                                               for i in range(8)]}, sort_keys=False))
+    res = run_cli("ab", "--suite", str(suite), "--arm-a", "balanced", "--arm-b", "terse", "--executor", "spawn",
+                  "--price", "3,15", "--until-decided", "--margin", "0.6", "--json", cwd=tmp_path, timeout=300,
+                  **spawn_env(tmp_path))
+    assert res.returncode == 0, res.stderr
+    art = json.loads(res.stdout)
+    seq = art["sequential"]
+    assert (seq["decision"], seq["rounds"], seq["stopped_because"]) == ("equivalent", 4, "decided")
+    assert all(art["arms"][a]["runs"] == 4 * 8 and art["arms"][a]["pass_rate"] == 0.5 for a in ("balanced", "terse"))
+    rows = [json.loads(x) for x in (tmp_path / ".evalfarm" / "cost" / "ledger.jsonl").read_text().splitlines()]
+    assert len(rows) == 64 and {r["trial"] for r in rows} == {0, 1, 2, 3} and len({r["run_id"] for r in rows}) == 4
+    assert run_cli("ab", "verify", str(artifact_of(tmp_path, res.stdout)), cwd=tmp_path).returncode == 0
+    assert_clean(repo, tmp_path / "spawn")
