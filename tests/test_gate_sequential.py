@@ -57,3 +57,16 @@ def test_sequential_gate_passes_or_fails_as_soon_as_it_is_decided(tmp_path, redi
                           (["--alpha", "0.1"], "only apply with --gate --until-decided")):
         res = run_cli("run", good, *args, *state, cwd=tmp_path)
         assert res.returncode == 2 and message in res.stderr, res.stderr
+
+
+def test_a_farm_run_that_finishes_before_its_coordinator_marks_it_running_is_not_an_error(
+        tmp_path, redis_server, start_worker):
+    """Many small rounds made this race common: the worker runs and aggregates a one-batch run while the
+    coordinator is still between its last send and 'running' (the failpoint holds it there)."""
+    start_worker(redis_server.url, concurrency=2)
+    res = run_cli("run", spec(tmp_path, "tiny", 0), "--no-save", "--json", "--batch-size", "20", broker=redis_server.url,
+                  cwd=tmp_path,
+                  EVALFARM_FAILPOINT_DISPATCH_DELAY_S="2")
+    assert res.returncode == 0, res.stderr
+    assert "another coordinator changed it" not in res.stderr
+    assert json.loads(res.stdout)["items_done"] == 20
