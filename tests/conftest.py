@@ -188,6 +188,12 @@ def forked_cli(args: list[str], env: dict[str, str], cwd: Path | None, timeout: 
             os.environ.update(env)
             if cwd is not None:
                 os.chdir(cwd)
+            # as `python -m evalfarm.cli` starts: the cwd first on the path, then PYTHONPATH's entries
+            import importlib
+
+            extra = [os.getcwd(), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+            sys.path[:0] = [p for p in extra if p not in sys.path]
+            importlib.invalidate_caches()  # files a test wrote since this process last looked
             sys.argv = ["evalfarm", *args]
             try:
                 evalfarm.cli.main(args=args, prog_name="evalfarm")
