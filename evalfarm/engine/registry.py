@@ -28,6 +28,12 @@ Factory = Callable[[Any], Any]
 _BUILTIN_ADAPTERS: dict[str, str] = {
     "mock": "evalfarm.engine.adapters:MockAdapter",
     "openai": "evalfarm.providers.openai:OpenAIAdapter",
+    "anthropic": "evalfarm.providers.anthropic:AnthropicAdapter",  # native wire protocols, one module each
+    "gemini": "evalfarm.providers.gemini:GeminiAdapter",
+    "vertex": "evalfarm.providers.gemini:VertexAdapter",
+    "openai-responses": "evalfarm.providers.responses:ResponsesAdapter",
+    "azure": "evalfarm.providers.azure:AzureAdapter",
+    "http": "evalfarm.providers.http_json:HttpJsonAdapter",
     "agent": "evalfarm.agents.adapter:AgentAdapter",  # coding agents in git worktrees (spawn mode)
     "stored": "evalfarm.engine.stored:StoredAdapter",  # a re-scoring run's stand-in: never called
 }
