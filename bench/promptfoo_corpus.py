@@ -9,7 +9,8 @@ A *config* is every ``.yaml``/``.yml`` under the corpus that parses as a mapping
 promptfoo's repository's ``examples/`` folder, copied as it is (configs and the files they name);
 it is not committed here. Imports run in this process through the real click command (the same
 code path as the CLI, without 400 interpreter start-ups); runs are ``evalfarm run`` subprocesses,
-two at a time, each with its own state dir, against the mock (``--base-url``, ``--judge-base-url``).
+two at a time, each with its own state dir, against the mock (``--base-url``, ``--judge-base-url``,
+``EVAL_EMBEDDINGS_BASE_URL`` for ``similar``).
 """
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def free_port() -> int:
 
 def run_one(spec: Path, url: str, work: Path) -> dict:
     report = work / "report.json"
-    env = dict(os.environ, **{k: "unused" for k in KEY_ENVS})
+    env = dict(os.environ, **{k: "unused" for k in KEY_ENVS}, EVAL_EMBEDDINGS_BASE_URL=url)
     env.pop("EVAL_BASE_URL", None)
     env.pop("EVAL_JUDGE_BASE_URL", None)
     proc = subprocess.run([sys.executable, "-m", "evalfarm.cli", "run", str(spec), "--base-url", url, "--judge-base-url",
@@ -169,6 +170,14 @@ def main() -> int:
     print("refusal reasons in the strict import (configs with at least one):")
     for k, v in by_reason.most_common(40):
         print(f"  {v:4d}  {k}")
+    adapters, checks = Counter(), Counter()
+    for r in results:
+        if r["spec"]:
+            spec = yaml.safe_load(Path(r["spec"]).read_text())
+            adapters.update(a.get("provider", "openai") for a in spec["adapters"])
+            checks.update(c["kind"] for p in spec["prompts"] for c in p.get("checks") or [])
+    print("adapters in the imported specs, by provider:", dict(adapters.most_common()))
+    print("checks in the imported specs, by kind:", dict(checks.most_common()))
     if runs:
         ran = [x for x in runs.values()]
         items = sum(x["items"] for x in ran)

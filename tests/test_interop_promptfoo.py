@@ -81,7 +81,7 @@ def test_promptfoo_init_example_is_refused_then_imported_and_run(promptfoo_cli, 
     assert errors[0] == (f"evalfarm: error: {config}:{js_line}: tests[1].assert[1]: assertion type 'javascript' is "
                          "not supported by the importer (supported: contains, icontains, equals, regex, is-json, "
                          "contains-json, starts-with, contains/icontains-all/-any, llm-rubric and their not- "
-                         "forms)")
+                         "forms; cost, latency, similar)")
     assert len(errors) == 2 and "nothing written" in errors[1]
     assert not out.exists() and refused.stdout == ""
 

@@ -124,3 +124,10 @@ def load_plugins() -> None:
         except Exception as exc:  # the plug-in's own error (syntax, a failing import-time check)
             where = f" ({exc.filename}:{exc.lineno})" if isinstance(exc, SyntaxError) else ""
             raise ImportError(f"{type(exc).__name__}{where}: {exc}", name=name) from None
+
+
+async def similarities(checks: list[Any], output: str) -> dict[int, float]:
+    """The ``similar`` checks' cosines (providers/embeddings.py, imported on first use: a spec without
+    such a check never imports it)."""
+    module = importlib.import_module("evalfarm.providers.embeddings")
+    return await module.similarities(checks, output)

@@ -205,7 +205,8 @@ class OpenAIAdapter:
         r = await chat(self.endpoint, messages, label=self.id)
         return Completion(text=r.text, finish_reason=r.finish_reason, input_tokens=r.input_tokens,
                           output_tokens=r.output_tokens, cost_usd=r.cost_usd,
-                          meta={"attempts": r.attempts, "call_ms": r.call_ms, "wait_ms": r.wait_ms})
+                          meta={"attempts": r.attempts, "call_ms": r.call_ms, "wait_ms": r.wait_ms,
+                                "priced": self.spec.price is not None})
 
 
 def openai_judge(spec: JudgeSpec) -> LLMJudge:

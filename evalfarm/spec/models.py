@@ -115,8 +115,51 @@ class MaxCharsCheck(_Check):
     value: int = Field(ge=0)
 
 
+class MaxCostCheck(_Check):
+    """The item's model call cost at most ``value`` USD (its adapter's ``price``; promptfoo's ``cost``)."""
+
+    kind: Literal["max_cost_usd"]
+    value: float = Field(ge=0)
+
+
+class MaxLatencyCheck(_Check):
+    """The model call answered within ``value`` ms (the answered request's round trip; promptfoo's ``latency``)."""
+
+    kind: Literal["max_latency_ms"]
+    value: float = Field(ge=0)
+
+
+class EmbeddingsEndpoint(_Model):
+    """An OpenAI-compatible ``POST {base_url}/embeddings`` endpoint; unset base_url: the adapter's."""
+
+    model: str = Field(default="text-embedding-3-large", min_length=1)
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        return check_base_url(value)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        return check_env_name(value)
+
+
+class SimilarCheck(_Check):
+    """The cosine similarity of the output's and ``value``'s embeddings is at least ``threshold``
+    (promptfoo's ``similar``, default threshold 0.75)."""
+
+    kind: Literal["similar"]
+    value: str = Field(min_length=1)
+    threshold: float = Field(default=0.75, ge=-1.0, le=1.0)
+    embeddings: EmbeddingsEndpoint = Field(default_factory=EmbeddingsEndpoint)
+
+
 Check = Annotated[Union[JsonCheck, OneOfCheck, ContainsCheck, NotContainsCheck, RegexCheck, EqualsCheck,
-                        JsonSchemaCheck, ContainsJsonCheck, MaxCharsCheck], Field(discriminator="kind")]
+                        JsonSchemaCheck, ContainsJsonCheck, MaxCharsCheck, MaxCostCheck, MaxLatencyCheck,
+                        SimilarCheck], Field(discriminator="kind")]
 FORMAT_CHECKS = ("json", "one_of", "json_schema", "contains_json", "max_chars")
 
 
