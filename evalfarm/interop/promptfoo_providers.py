@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any, Callable
 
 from ..spec.jsonpath import path_steps
@@ -86,6 +87,8 @@ def _vertex(adapter: dict, place: dict, params: dict, importer: Any) -> None:
 
 def _azure(adapter: dict, place: dict, params: dict, importer: Any) -> None:
     host, version = place.get("apiHost"), place.get("apiVersion") or AZURE_API_VERSION
+    if isinstance(version, date):  # YAML reads an unquoted 2024-10-21 as a date
+        version = version.isoformat()
     deployment = place.get("deployment_id") or adapter["model"]
     if host is not None and (not isinstance(host, str) or not re.fullmatch(r"(https://)?[A-Za-z0-9.-]+/?", host)):
         raise Refused("config.apiHost must be a host name", field="config")
