@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import yaml
 
 from conftest import run_cli
@@ -91,6 +92,10 @@ def test_bad_native_answers_and_specs_are_one_line_errors(provider, tmp_path):
     assert ran.returncode == 3, ran.stderr  # nothing measured: the one item errored
     outcome = json.loads((tmp_path / "r.json").read_text())["outcomes"][0]
     assert "response_path json.nothing.here not found in the answer" in str(outcome["error"])
+
+    # a mistyped API path is a 404, not the JSON endpoint's catch-all
+    assert httpx.post(mock.url + "/chat/completion", json={"q": "hi"}).status_code == 404
+    assert httpx.post(mock.url.removesuffix("/v1") + "/my/app", json={"q": "hi"}).json()["output"] == "hi"
 
     spec["adapters"] = [{"id": "az", "provider": "azure", "model": "d", "base_url": mock.url}]
     path.write_text(yaml.safe_dump(spec))

@@ -8,7 +8,8 @@ written back in that protocol's shape. The same markers ([[status:N]], [[slow:MS
     POST /v1/responses                                  OpenAI Responses, not streamed
     POST /openai/deployments/D/chat/completions         Azure OpenAI (api-key, ?api-version= required)
     POST /v1/embeddings                                 OpenAI embeddings, deterministic (see embed())
-    POST any other path                                 a JSON endpoint (provider: http): the prompt is the
+    POST any other path (not /v1/..., /v1beta/..., /openai/...: those are 404)
+                                                        a JSON endpoint (provider: http): the prompt is the
                                                         first string holding text in the body; the answer
                                                         carries the reply under common keys (output,
                                                         response, result, text, message, data, choices)

@@ -103,13 +103,21 @@ class MockProvider:
             app.router.add_post("/v1beta/models/{call}", self.handler(native.GEMINI))
             app.router.add_post("/v1/responses", self.handler(native.RESPONSES))
             app.router.add_post("/responses", self.handler(native.RESPONSES))
-            app.router.add_post("/{tail:.*}", self.handler(native.JSON_ENDPOINT))
+            app.router.add_post("/{tail:.*}", self.json_endpoint)
         return app
 
     def handler(self, proto: Protocol):
         async def handle(request: web.Request) -> web.StreamResponse:
             return await self.chat(request, proto)
         return handle
+
+    async def json_endpoint(self, request: web.Request) -> web.StreamResponse:
+        """provider: http's JSON endpoint, on any path outside the APIs' own prefixes (a mistyped API
+        path stays a 404)."""
+        if request.path.startswith(("/v1/", "/v1beta/", "/openai/")):
+            self.requests += 1
+            return self._error(404, f"no such endpoint: POST {request.path}")
+        return await self.chat(request, native.JSON_ENDPOINT)
 
     async def embeddings(self, request: web.Request) -> web.Response:
         self.requests += 1
