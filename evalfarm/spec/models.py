@@ -324,6 +324,14 @@ class AdapterSpec(_Endpoint):
     def _dump(self, handler: Any) -> Any:
         return _drop_unset(handler(self), ("agent", "template", "args", "api_version", "http"))
 
+    @field_validator("api_version", mode="before")
+    @classmethod
+    def _version_text(cls, value: Any) -> Any:
+        """YAML reads an unquoted ``api_version: 2024-10-21`` as a date: it means the text."""
+        import datetime
+
+        return value.isoformat() if isinstance(value, datetime.date) else value
+
     @model_validator(mode="before")
     @classmethod
     def _agent_defaults(cls, data: Any) -> Any:
