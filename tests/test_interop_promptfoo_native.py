@@ -25,6 +25,8 @@ providers:
     config: {apiHost: res1.openai.azure.com, apiVersion: 2024-10-21}
   - openrouter:meta/llama
   - mistral:mistral-small
+  - id: bedrock:us.anthropic.claude-x-v1:0
+    config: {region: us-west-2, temperature: 0, max_tokens: 64}
   - id: https://app.example.com/api/chat
     label: my-app
     config:
@@ -64,6 +66,8 @@ def test_native_providers_and_threshold_asserts_import_and_run(provider, tmp_pat
         "azure:chat:dep1": ("azure", "https://res1.openai.azure.com/openai/deployments/dep1", "AZURE_API_KEY"),
         "openrouter:meta/llama": ("openai", "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
         "mistral:mistral-small": ("openai", "https://api.mistral.ai/v1", "MISTRAL_API_KEY"),
+        "bedrock:us.anthropic.claude-x-v1:0": ("bedrock", "https://bedrock-runtime.us-west-2.amazonaws.com",
+                                               "AWS_BEARER_TOKEN_BEDROCK"),
         "my-app": ("http", "https://app.example.com/api/chat", "APP_KEY")}
     assert got["azure:chat:dep1"]["api_version"] == "2024-10-21"
     assert got["anthropic:messages:claude-x"]["params"] == {"temperature": 0, "max_tokens": 64}
@@ -84,13 +88,13 @@ def test_native_providers_and_threshold_asserts_import_and_run(provider, tmp_pat
     del got["openrouter:meta/llama"]["price"]  # no price: the cost is not measured
     out.write_text(yaml.safe_dump(spec))
     keys = dict.fromkeys(("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "VERTEX_API_KEY", "OPENAI_API_KEY", "AZURE_API_KEY",
-                          "OPENROUTER_API_KEY", "MISTRAL_API_KEY"), "k")
+                          "OPENROUTER_API_KEY", "MISTRAL_API_KEY", "AWS_BEARER_TOKEN_BEDROCK"), "k")
     ran = run_cli("run", str(out), "-o", str(tmp_path / "r.json"), "--json", "--state-dir", str(tmp_path / "st"),
                   EVAL_EMBEDDINGS_BASE_URL=mock.url, EVALFARM_KEY_ENV_ALLOW=",".join([*keys, "APP_KEY"]),
                   APP_KEY="k", **keys)
     assert ran.returncode == 0, ran.stderr
     outcomes = json.loads((tmp_path / "r.json").read_text())["outcomes"]
-    assert len(outcomes) == 16 and not [o["error"] for o in outcomes if o["error"]]
+    assert len(outcomes) == 18 and not [o["error"] for o in outcomes if o["error"]]
     by = {(o["adapter"], o["prompt_id"]): {c["kind"]: c for c in o["checks"]} for o in outcomes}
     for adapter in got:
         first, second = by[(adapter, "t1")], by[(adapter, "t2")]
@@ -104,8 +108,8 @@ def test_native_providers_and_threshold_asserts_import_and_run(provider, tmp_pat
     assert by[("openrouter:meta/llama", "t1")]["max_cost_usd"]["reason"] == "cost not measured"
     assert by[("mistral:mistral-small", "t1")]["max_cost_usd"]["reason"].startswith("cost $")
     protocols = {r["protocol"] for r in mock.stats_requests()}
-    assert protocols == {"openai", "anthropic", "gemini", "vertex", "responses", "azure", "http"}
-    assert mock.stats()["statuses"] == {"200": 16 + 16}  # 16 calls, 16 embeddings (one per similar check)
+    assert protocols == {"openai", "anthropic", "gemini", "vertex", "responses", "azure", "http", "bedrock"}
+    assert mock.stats()["statuses"] == {"200": 18 + 18}  # 18 calls, 18 embeddings (one per similar check)
 
 
 def test_unsupported_provider_forms_and_code_references_are_named(tmp_path):

@@ -30,6 +30,8 @@ def test_every_native_protocol_through_the_mock(provider, tmp_path):
          "api_key_env": "OPENAI_API_KEY", "price": price},
         {"id": "azure", "provider": "azure", "model": "dep1", "base_url": root + "/openai/deployments/dep1",
          "api_version": "2024-10-21", "api_key_env": "AZURE_API_KEY", "price": price},
+        {"id": "bedrock", "provider": "bedrock", "model": "arn:aws:bedrock:us-east-1:1:inference-profile/us.x-v1:0",
+         "base_url": root, "api_key_env": "AWS_BEARER_TOKEN_BEDROCK", "price": price, "params": {"max_tokens": 50}},
         {"id": "http", "provider": "http", "model": "my-app", "base_url": root + "/chat/api",
          "api_key_env": "EVAL_API_KEY",
          "http": {"headers": {"X-Tenant": "t1"}, "body": {"q": {"text": "{{prompt}}"}, "n": 1},
@@ -41,13 +43,13 @@ def test_every_native_protocol_through_the_mock(provider, tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     keys = dict.fromkeys(("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "VERTEX_API_KEY", "OPENAI_API_KEY",
-                          "AZURE_API_KEY", "EVAL_API_KEY"), KEY)
+                          "AZURE_API_KEY", "EVAL_API_KEY", "AWS_BEARER_TOKEN_BEDROCK"), KEY)
     ran = run_cli("run", str(path), "-o", str(tmp_path / "r.json"), "--json", "--state-dir", str(tmp_path / "st"),
                   **keys)
     assert ran.returncode == 0, ran.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     got = {(o["adapter"], o["prompt_id"]): o for o in report["outcomes"]}
-    assert len(got) == 12 and not [o["error"] for o in got.values() if o["error"]]
+    assert len(got) == 14 and not [o["error"] for o in got.values() if o["error"]]
     for a in adapters:
         hello = got[(a["id"], "hello")]
         assert hello["golden_passed"] and "say hello world" in hello["output"], (a["id"], hello)
@@ -58,7 +60,7 @@ def test_every_native_protocol_through_the_mock(provider, tmp_path):
             assert got[(a["id"], "cut")]["finish_reason"] == "length", a["id"]
 
     seen = {r["protocol"]: r for r in mock.stats_requests() if "hello" in r["user"]}
-    assert set(seen) == {"anthropic", "gemini", "vertex", "responses", "azure", "http"}
+    assert set(seen) == {"anthropic", "gemini", "vertex", "responses", "azure", "http", "bedrock"}
     assert all(r["key"] == KEY for r in seen.values())  # each in its own header (mock/native.py)
     a = seen["anthropic"]
     assert a["path"] == "/v1/messages" and a["headers"]["anthropic-version"] == "2023-06-01"
@@ -76,6 +78,11 @@ def test_every_native_protocol_through_the_mock(provider, tmp_path):
     z = seen["azure"]
     assert z["path"] == "/openai/deployments/dep1/chat/completions" and z["query"] == {"api-version": "2024-10-21"}
     assert z["authorization"] is None and z["model"] == "dep1"
+    b = seen["bedrock"]
+    assert b["path"] == "/model/arn:aws:bedrock:us-east-1:1:inference-profile/us.x-v1:0/converse"
+    assert b["body"] == {"messages": [{"role": "user", "content": [{"text": "say hello world"}]}],
+                         "system": [{"text": "You are terse."}], "inferenceConfig": {"maxTokens": 50}}
+    assert b["authorization"] == f"Bearer {KEY}"
     h = seen["http"]
     assert h["path"] == "/chat/api" and h["body"] == {"q": {"text": "You are terse.\n\nsay hello world"}, "n": 1}
 

@@ -34,6 +34,7 @@ _BUILTIN_ADAPTERS: dict[str, str] = {
     "openai-responses": "evalfarm.providers.responses:ResponsesAdapter",
     "azure": "evalfarm.providers.azure:AzureAdapter",
     "http": "evalfarm.providers.http_json:HttpJsonAdapter",
+    "bedrock": "evalfarm.providers.bedrock:BedrockAdapter",
     "agent": "evalfarm.agents.adapter:AgentAdapter",  # coding agents in git worktrees (spawn mode)
     "stored": "evalfarm.engine.stored:StoredAdapter",  # a re-scoring run's stand-in: never called
 }

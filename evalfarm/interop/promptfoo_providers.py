@@ -6,11 +6,12 @@
     google:MODEL (gemini-*)              gemini (AI Studio), GEMINI_API_KEY (promptfoo also reads GOOGLE_API_KEY)
     vertex:MODEL (gemini-*)              vertex, VERTEX_API_KEY (an access token); config.projectId/region
     azure:chat:DEPLOYMENT                azure, AZURE_API_KEY; config.apiHost, config.apiVersion
+    bedrock:MODEL, bedrock:converse:MODEL   bedrock (Converse API), AWS_BEARER_TOKEN_BEDROCK; config.region
     http, https, https://URL             http (config.url, method, headers, body, transformResponse as a path)
     openrouter:, mistral:, xai:, groq:, deepseek:, perplexity:, cerebras:, hyperbolic:, togetherai:,
     fireworks:, ollama:chat:             openai (chat completions) at the service's OpenAI-compatible URL
 
-Anything else (bedrock, image/audio/video/realtime models, agents, scripts) is refused. Where promptfoo
+Anything else (image/audio/video/realtime models, agents, scripts) is refused. Where promptfoo
 would read an endpoint from the environment (VERTEX_PROJECT_ID, AZURE_API_HOST), the adapter is imported
 without base_url and a note says so: ``--base-url`` or an edit of the spec supplies it.
 """
@@ -46,7 +47,7 @@ _NOT_CHAT = {"chat", "responses", "completion", "embedding", "embeddings", "assi
              "moderation", "video", "voice", "audio", "transcription", "agents", "chatkit", "live", "tts",
              "claude-agent-sdk", "messages"}
 SUPPORTED = ("openai:MODEL, openai:chat:MODEL, openai:responses:MODEL, anthropic:messages:MODEL, google:MODEL, "
-             "vertex:MODEL, azure:chat:DEPLOYMENT, http/https, and OpenAI-compatible " + ", ".join(COMPATIBLE)
+             "vertex:MODEL, azure:chat:DEPLOYMENT, bedrock:MODEL, http/https, and OpenAI-compatible " + ", ".join(COMPATIBLE)
              + ", ollama:chat")
 
 
@@ -103,6 +104,25 @@ def _azure(adapter: dict, place: dict, params: dict, importer: Any) -> None:
                                         f"base_url to https://HOST/openai/deployments/{deployment}, or pass --base-url")
     if "apiVersion" not in place:
         importer.note_endpoint(adapter, f"api_version {AZURE_API_VERSION} (the config names none)", endpoint=False)
+
+
+def _bedrock(adapter: dict, place: dict, params: dict, importer: Any) -> None:
+    region = place.get("region") or "us-east-1"
+    if not isinstance(region, str) or not re.fullmatch(r"[a-z0-9-]+", region):
+        raise Refused("config.region must be an AWS region name", field="config")
+    adapter["base_url"] = f"https://bedrock-runtime.{region}.amazonaws.com"
+    inference = place.get("inferenceConfig") or {}
+    if not isinstance(inference, dict):
+        raise Refused("config.inferenceConfig must be a mapping", field="config")
+    names = {"maxTokens": "max_tokens", "temperature": "temperature", "topP": "top_p", "stopSequences": "stop"}
+    for key, value in inference.items():
+        if key not in names:
+            raise Refused(f"config.inferenceConfig.{key} is not supported by the importer", field="config")
+        params[names[key]] = value
+    importer.note_endpoint(adapter, "called through Bedrock's Converse API with a Bedrock API key "
+                                    "(AWS_BEARER_TOKEN_BEDROCK); AWS access keys (SigV4) are not supported"
+                           + ("" if "region" in place else "; region us-east-1 (the config names none)"),
+                           endpoint=False)
 
 
 _TEMPLATE = re.compile(r"\{\{\s*([^}]*?)\s*\}\}")
@@ -212,6 +232,16 @@ def provider_family(pid: str) -> Family:
         if pid not in ("http", "https"):
             fam.finish = lambda a, p, q, i: (a.__setitem__("_url", pid), _http(a, p, q, i))[-1]
         return fam
+    if prefix == "bedrock":
+        rest = rest.removeprefix("converse:")
+        if rest.split(":")[0] in ("kb", "video", "embeddings", "embedding", "agents", "agent", "image", "nova-sonic") \
+                or rest.startswith(("StartAsyncInvoke", "GetAsyncInvoke")):
+            raise Refused(f"provider {pid!r} is not a chat model evalfarm can call (supported: {SUPPORTED})",
+                          field="id")
+        return Family("bedrock", _model(pid, rest), None, "AWS_BEARER_TOKEN_BEDROCK",
+                      place_keys=frozenset({"region", "inferenceModelType", "inferenceConfig"}), finish=_bedrock,
+                      param_names={"maxTokens": "max_tokens", "max_new_tokens": "max_tokens",
+                                   "max_gen_len": "max_tokens", "topP": "top_p"})
     if prefix == "litellm":  # the LiteLLM proxy's OpenAI-compatible endpoint (promptfoo's default address)
         return Family("openai", _model(pid, rest.removeprefix("chat:")), "http://localhost:4000/v1", "EVAL_API_KEY")
     if prefix == "ollama" and rest.startswith("chat:"):

@@ -7,6 +7,7 @@ written back in that protocol's shape. The same markers ([[status:N]], [[slow:MS
     POST .../publishers/google/models/M:generateContent Vertex AI (Authorization: Bearer)
     POST /v1/responses                                  OpenAI Responses, not streamed
     POST /openai/deployments/D/chat/completions         Azure OpenAI (api-key, ?api-version= required)
+    POST /model/M/converse, /v1/model/M/converse        Bedrock Converse (Authorization: Bearer)
     POST /v1/embeddings                                 OpenAI embeddings, deterministic (see embed())
     POST any other path (not /v1/..., /v1beta/..., /openai/...: those are 404)
                                                         a JSON endpoint (provider: http): the prompt is the
@@ -140,6 +141,27 @@ class Vertex(Gemini):
         return _bearer(request)
 
 
+class Bedrock(Protocol):
+    name = "bedrock"
+
+    def read(self, request: web.Request, body: Any) -> Asked:
+        system = body.get("system")
+        try:
+            messages = ([{"role": "system", "content": _text(system)}] if system else []) + \
+                [{"role": m["role"], "content": _text(m["content"])} for m in body["messages"]]
+        except (KeyError, TypeError):
+            raise BadRequest("messages: a list of {role, content: [{text}]} is required") from None
+        config = body.get("inferenceConfig") or {}
+        return Asked(request.match_info.get("model", "mock"), messages, config.get("maxTokens"), self.key(request))
+
+    def answer(self, asked: Asked, text: str, finish: str, t_in: int, n: int) -> dict[str, Any]:
+        t_out = len(text.split())
+        return {"output": {"message": {"role": "assistant", "content": [{"text": text}]}},
+                "stopReason": "max_tokens" if finish == "length" else "end_turn",
+                "usage": {"inputTokens": t_in, "outputTokens": t_out, "totalTokens": t_in + t_out},
+                "metrics": {"latencyMs": 1}}
+
+
 class Responses(Protocol):
     name = "responses"
 
@@ -236,5 +258,5 @@ async def embeddings(request: web.Request, check_key: Callable[[str | None], boo
                               "usage": {"prompt_tokens": n, "total_tokens": n}})
 
 
-OPENAI, ANTHROPIC, GEMINI, VERTEX, RESPONSES, AZURE, JSON_ENDPOINT = (
-    Protocol(), Anthropic(), Gemini(), Vertex(), Responses(), Azure(), JsonEndpoint())
+OPENAI, ANTHROPIC, GEMINI, VERTEX, RESPONSES, AZURE, JSON_ENDPOINT, BEDROCK = (
+    Protocol(), Anthropic(), Gemini(), Vertex(), Responses(), Azure(), JsonEndpoint(), Bedrock())
