@@ -149,3 +149,22 @@ tests:
     assert "provider 'anthropic:claude-agent-sdk' is not a chat model evalfarm can call" in text
     assert "not-similar has no evalfarm equivalent" in text and "cost needs a threshold" in text
     assert len(errors) == 9, text  # 8 findings + the summary; one line each
+
+
+def test_csv_tests_file(tmp_path):
+    (tmp_path / "tests.csv").write_text(
+        'word,__expected1,__expected2,__description,__metadata:k,__threshold\n'
+        'hello,icontains: HELLO,"contains-any: zz, hello",first,m,\n'
+        'bye,Say bye,not-contains:hello,"second, with a comma",m,0.5\n')
+    config = tmp_path / "promptfooconfig.yaml"
+    config.write_text('prompts: ["Say {{word}}"]\nproviders: [openai:gpt-4o-mini]\ntests: file://tests.csv\n')
+    out = tmp_path / "spec.yaml"
+    strict = run_cli("import", "promptfoo", str(config), "-o", str(out))
+    assert strict.returncode == 2 and not out.exists()
+    assert f"{tmp_path / 'tests.csv'}:3: [1].__threshold: test key '__threshold' is not supported" in strict.stderr
+    done = run_cli("import", "promptfoo", str(config), "-o", str(out), "--skip-unsupported")
+    assert done.returncode == 0, done.stderr
+    prompts = yaml.safe_load(out.read_text())["prompts"]
+    assert [(p["id"], p["text"]) for p in prompts] == [("t1-first", "Say hello")]  # row 2 is dropped: its key is refused
+    assert prompts[0]["checks"] == [{"kind": "regex", "pattern": "(?i)HELLO"},
+                                    {"kind": "regex", "pattern": "(?:zz|hello)"}]

@@ -24,6 +24,7 @@ import yaml
 from ..errors import SpecError
 from ..spec.sourcemap import dotted, line_for, load_yaml, read_text
 from .promptfoo_asserts import Refused, map_assert
+from .promptfoo_csv import tests_from_csv
 from .promptfoo_providers import _GEMINI_PARAMS, provider_family
 from .template import TemplateUnsupported, is_partial, line_of, prepare_vars, render, render_prompt, variables
 
@@ -475,8 +476,15 @@ class PromptfooImporter:
             raise Refused(f"{ref!r}: a test entry must be a mapping or a file:// reference")
         out = []
         for path in self.resolve(ref):
+            if path.suffix == ".csv":
+                rows = tests_from_csv(self._read(path))
+                lines = {(i,): line for i, (line, _) in enumerate(rows)}
+                tdoc = _Doc(path, [t for _, t in rows], lines)
+                out += [(tdoc, (i,), t) for i, (_, t) in enumerate(rows)]
+                continue
             if path.suffix not in (".yaml", ".yml", ".json"):
-                raise Refused(f"{path.name}: test files of type {path.suffix!r} are not supported (.yaml, .json)")
+                raise Refused(f"{path.name}: test files of type {path.suffix!r} are not supported (.yaml, .json, "
+                              ".csv)")
             try:
                 tdoc = self._load_doc(path)
             except SpecError as exc:
