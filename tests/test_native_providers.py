@@ -109,3 +109,23 @@ def test_bad_native_answers_and_specs_are_one_line_errors(provider, tmp_path):
     ran = run_cli("run", str(path))
     assert ran.returncode == 2 and "provider azure needs api_version" in ran.stderr
     assert len([ln for ln in ran.stderr.splitlines() if ln.strip()]) == 1, ran.stderr
+
+
+def test_a_judge_on_a_native_protocol(provider, tmp_path):
+    mock = provider()
+    spec = {"name": "judged", "adapters": [{"id": "m", "model": "m", "base_url": mock.url}],
+            "judge": {"provider": "anthropic", "model": "claude-judge", "base_url": mock.url,
+                      "api_key_env": "ANTHROPIC_API_KEY", "pass_score": 1.0},
+            "prompts": [{"id": "ok", "text": "fine", "criteria": [{"id": "c1", "description": "is fine"}]},
+                        {"id": "bad", "text": "not fine [[fail-criterion:c1]]",
+                         "criteria": [{"id": "c1", "description": "is fine"}]}]}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    ran = run_cli("run", str(path), "-o", str(tmp_path / "r.json"), "--json", "--state-dir", str(tmp_path / "st"),
+                  ANTHROPIC_API_KEY="k")
+    assert ran.returncode == 0, ran.stderr
+    outcomes = {o["prompt_id"]: o for o in json.loads((tmp_path / "r.json").read_text())["outcomes"]}
+    assert outcomes["ok"]["passed"] and not outcomes["bad"]["passed"]
+    assert outcomes["bad"]["judge_criteria"][0]["verdict"] == "fail"
+    judged = [r for r in mock.stats_requests() if r["protocol"] == "anthropic"]
+    assert len(judged) == 2 and all(r["model"] == "claude-judge" and r["key"] == "k" for r in judged)

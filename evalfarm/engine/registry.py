@@ -41,6 +41,11 @@ _BUILTIN_ADAPTERS: dict[str, str] = {
 _BUILTIN_JUDGES: dict[str, str] = {
     "mock": "evalfarm.engine.judges:MockJudge",
     "openai": "evalfarm.providers.openai:openai_judge",
+    "anthropic": "evalfarm.providers.anthropic:anthropic_judge",  # the native wires (azure and http need
+    "gemini": "evalfarm.providers.gemini:gemini_judge",           # fields a judge block does not have)
+    "vertex": "evalfarm.providers.gemini:vertex_judge",
+    "openai-responses": "evalfarm.providers.responses:responses_judge",
+    "bedrock": "evalfarm.providers.bedrock:bedrock_judge",
 }
 GROUPS = {"adapter": "evalfarm.adapters", "judge": "evalfarm.judges"}
 

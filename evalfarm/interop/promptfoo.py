@@ -443,9 +443,10 @@ class PromptfooImporter:
 
     def _grader(self, entry: Any) -> dict[str, Any]:
         adapter = self.provider(entry)
-        if adapter["provider"] != "openai":
-            raise Refused(f"grader provider {adapter['provider']}: evalfarm's judge speaks OpenAI chat "
-                          "(an OpenAI-compatible grader is supported)")
+        if adapter["provider"] in ("azure", "http"):
+            raise Refused(f"grader provider {adapter['provider']}: evalfarm's judge block has no api_version or "
+                          "http fields (an OpenAI-compatible, anthropic, gemini, vertex, openai:responses or "
+                          "bedrock grader is supported)")
         adapter.pop("id")
         return adapter
 

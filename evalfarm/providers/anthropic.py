@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .openai import OpenAIAdapter
+from .openai import OpenAIAdapter, openai_judge
 from .wire import Wire, bad, renamed, split_system, tokens
 
 BASE_URL = "https://api.anthropic.com/v1"
@@ -51,3 +51,8 @@ class AnthropicWire(Wire):
 
 class AnthropicAdapter(OpenAIAdapter):
     wire = AnthropicWire()
+
+
+def anthropic_judge(spec):
+    """The rubric judge on this protocol (``judge: {provider: ...}``)."""
+    return openai_judge(spec, AnthropicWire())

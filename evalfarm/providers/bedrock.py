@@ -10,7 +10,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from .openai import OpenAIAdapter
+from .openai import OpenAIAdapter, openai_judge
 from .wire import Wire, bad, renamed, split_system, tokens
 
 _INFERENCE = {"max_tokens": "maxTokens", "max_completion_tokens": "maxTokens", "top_p": "topP",
@@ -59,3 +59,8 @@ class BedrockWire(Wire):
 
 class BedrockAdapter(OpenAIAdapter):
     wire = BedrockWire()
+
+
+def bedrock_judge(spec):
+    """The rubric judge on this protocol (``judge: {provider: ...}``)."""
+    return openai_judge(spec, BedrockWire())

@@ -11,7 +11,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from .openai import OpenAIAdapter
+from .openai import OpenAIAdapter, openai_judge
 from .wire import Wire, bad, renamed, split_system, tokens
 
 BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
@@ -74,3 +74,13 @@ class GeminiAdapter(OpenAIAdapter):
 
 class VertexAdapter(OpenAIAdapter):
     wire = VertexWire()
+
+
+def gemini_judge(spec):
+    """The rubric judge on this protocol (``judge: {provider: ...}``)."""
+    return openai_judge(spec, GeminiWire())
+
+
+def vertex_judge(spec):
+    """The rubric judge on this protocol (``judge: {provider: ...}``)."""
+    return openai_judge(spec, VertexWire())

@@ -209,12 +209,14 @@ class OpenAIAdapter:
                                 "priced": self.spec.price is not None})
 
 
-def openai_judge(spec: JudgeSpec) -> LLMJudge:
-    """A rubric judge on an OpenAI-compatible endpoint, with its own key, price and limits."""
+def openai_judge(spec: JudgeSpec, wire: Wire = OPENAI_CHAT) -> LLMJudge:
+    """A rubric judge on an OpenAI-compatible endpoint (or a native ``wire``), with its own key, price and
+    limits."""
     if not spec.base_url:
         raise KeyError("the judge has no base_url: set judge.base_url, pass --judge-base-url, "
                        "or set EVAL_JUDGE_BASE_URL / EVAL_BASE_URL")
     register_secret_env(spec.api_key_env)
     endpoint = Endpoint(spec.base_url, spec.model, spec.api_key_env, spec.timeout_s, spec.price, dict(spec.params),
-                        Limits(spec.max_in_flight, spec.requests_per_minute))
-    return LLMJudge(spec, lambda messages: chat(endpoint, messages, label="judge"), kind="openai", aclose=close_current)
+                        Limits(spec.max_in_flight, spec.requests_per_minute), wire)
+    return LLMJudge(spec, lambda messages: chat(endpoint, messages, label="judge"), kind=wire.kind,
+                    aclose=close_current)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .openai import OpenAIAdapter
+from .openai import OpenAIAdapter, openai_judge
 from .wire import Wire, bad, renamed, split_system, tokens
 
 
@@ -41,3 +41,8 @@ class ResponsesWire(Wire):
 
 class ResponsesAdapter(OpenAIAdapter):
     wire = ResponsesWire()
+
+
+def responses_judge(spec):
+    """The rubric judge on this protocol (``judge: {provider: ...}``)."""
+    return openai_judge(spec, ResponsesWire())
