@@ -81,7 +81,7 @@ def test_promptfoo_init_example_is_refused_then_imported_and_run(promptfoo_cli, 
     assert errors[0] == (f"evalfarm: error: {config}:{js_line}: tests[1].assert[1]: assertion type 'javascript' is "
                          "not supported by the importer (supported: contains, icontains, equals, regex, is-json, "
                          "contains-json, starts-with, contains/icontains-all/-any, llm-rubric and their not- "
-                         "forms)")
+                         "forms; cost, latency, similar)")
     assert len(errors) == 2 and "nothing written" in errors[1]
     assert not out.exists() and refused.stdout == ""
 
@@ -184,7 +184,7 @@ def test_refusals_name_file_and_line_and_never_the_key(tmp_path):
     assert where == [f"{config}:11", f"{config}:7", f"{config}:9", f"{src / 'prompts' / 'fancy.txt'}:3",
                      f"{config}:4", f"{config}:26", f"{config}:33", f"{config}:18", f"{config}:20",
                      f"{config}:21", f"{config}:35"]
-    assert "'javascript'" in errors[7] and "'is-valid-openai-tools-call'" in errors[8] and "'similar'" in errors[9]
+    assert "'javascript'" in errors[7] and "'is-valid-openai-tools-call'" in errors[8] and "'python'" in errors[9]
     assert "negate" in errors[10] and "threshold" in errors[5] and "apiKeyEnvar" in errors[2]
     assert errors[-1].endswith("11 unsupported feature(s) listed above; nothing written (--skip-unsupported "
                                "drops them)")
@@ -219,6 +219,7 @@ def test_bad_configs_are_one_line_and_write_nothing(tmp_path):
     _write(tmp_path, "outside.txt", "secret file content")
     folder = tmp_path / "configs"
     folder.mkdir()
+    _write(folder, "prompt.py", "def make(context):\n    return 'x'\n")  # resolved, then refused as code
     for name, (text, expected) in cases.items():
         config = folder / name if text is None else _write(folder, name, text)
         out = tmp_path / f"{name}.spec.yaml"

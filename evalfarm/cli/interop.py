@@ -55,10 +55,11 @@ def _validated(text: str) -> None:
 def import_promptfoo(config: Path, output: Path | None, skip_unsupported: bool) -> None:
     """Import a promptfoo config (promptfooconfig.yaml) as an evalfarm spec.
 
-    OpenAI-compatible providers become adapters; each (prompt, test) pair a prompt with its
-    vars substituted; assertions checks (contains, icontains, equals, regex, is-json,
-    contains-json, starts-with, contains/icontains-all/-any, their not- forms) or judge criteria
-    (llm-rubric).
+    Providers become adapters (OpenAI and OpenAI-compatible services, anthropic:messages, google:
+    and vertex: Gemini, openai:responses, azure:chat, the http provider's JSON form); each (prompt,
+    test) pair a prompt with its vars substituted; assertions checks (contains, icontains, equals,
+    regex, is-json, contains-json, starts-with, contains/icontains-all/-any, their not- forms; cost,
+    latency, similar) or judge criteria (llm-rubric).
     Anything else is listed with its file and line, and the import stops (exit 2) unless
     --skip-unsupported.
     """

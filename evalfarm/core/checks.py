@@ -79,8 +79,28 @@ def _field(obj: dict[str, Any] | None, path: str) -> Any:
     return cur
 
 
-def run_check(check: Any, output: str) -> tuple[bool, str]:
+def run_check(check: Any, output: str, figures: dict[str, Any] | None = None) -> tuple[bool, str]:
+    """One check's verdict. ``figures`` are what the call measured besides the text: ``cost_usd``,
+    ``latency_ms`` and ``similarity`` (check index -> cosine, measured by the engine); ``index`` is the
+    check's position in the prompt's checks."""
     kind = check.kind
+    figures = figures or {}
+    if kind == "max_cost_usd":
+        cost = figures.get("cost_usd")
+        if cost is None:
+            return False, "cost not measured"
+        return (True, f"cost ${cost:.6g}") if cost <= check.value else (False, f"cost ${cost:.6g} > max ${check.value:g}")
+    if kind == "max_latency_ms":
+        ms = figures.get("latency_ms")
+        if ms is None:
+            return False, "latency not measured"
+        return (True, f"{ms:.0f} ms") if ms <= check.value else (False, f"latency {ms:.0f} ms > max {check.value:g} ms")
+    if kind == "similar":
+        sim = (figures.get("similarity") or {}).get(figures.get("index"))
+        if sim is None:
+            return False, "similarity not measured (no embedding for this output)"
+        return (True, f"similarity {sim:.3f} >= {check.threshold:g}") if sim >= check.threshold else \
+            (False, f"similarity {sim:.3f} < {check.threshold:g} to {_short(check.value)!r}")
     if kind == "json":
         return (True, "parseable JSON object") if parse_json_object(output) is not None \
             else (False, "output is not a single parseable JSON object")
@@ -134,12 +154,17 @@ def run_check(check: Any, output: str) -> tuple[bool, str]:
     raise ValueError(f"unknown check kind {kind!r}")
 
 
-def run_checks(prompt: PromptSpec, output: str) -> list[dict[str, Any]]:
-    """Every check's verdict, in order: ``{"kind", "passed", "reason", "format"}``."""
+def run_checks(prompt: PromptSpec, output: str, figures: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every check's verdict, in order: ``{"kind", "passed", "reason", "format"}`` (a similar check adds
+    its ``score``, so a stored report can be checked again without the embeddings endpoint)."""
     out = []
-    for check in prompt.checks:
-        ok, why = run_check(check, output)
-        out.append({"kind": check.kind, "passed": ok, "reason": why, "format": check.kind in FORMAT_CHECKS})
+    for i, check in enumerate(prompt.checks):
+        ok, why = run_check(check, output, {**(figures or {}), "index": i})
+        entry = {"kind": check.kind, "passed": ok, "reason": why, "format": check.kind in FORMAT_CHECKS}
+        sim = ((figures or {}).get("similarity") or {}).get(i)
+        if check.kind == "similar" and sim is not None:
+            entry["score"] = sim
+        out.append(entry)
     return out
 
 
@@ -148,14 +173,15 @@ COMMAND_NOT_RUN = {"kind": "command", "passed": False, "format": False,
 
 
 def golden_verdict(prompt: PromptSpec, output: str, finish_reason: str | None,
-                   adapter_checks: list[dict[str, Any]] | None) -> tuple[bool, str, list[dict[str, Any]]]:
+                   adapter_checks: list[dict[str, Any]] | None,
+                   figures: dict[str, Any] | None = None) -> tuple[bool, str, list[dict[str, Any]]]:
     """An answer's deterministic verdict, decided the same way when it is first scored (engine) and
     when a stored report is checked again (core.recheck): the expected substrings and regex, every
     text check, the checks the adapter ran itself (``adapter_checks``: an agent's ``check`` command;
     None when the adapter runs none, which fails a prompt that has one: never a silent pass), and no
     answer cut at max_tokens unless the prompt allows it. Returns (golden_passed, reason, checks)."""
     golden, reason = golden_check(prompt, output)
-    checks = run_checks(prompt, output) + list(adapter_checks or ())
+    checks = run_checks(prompt, output, figures) + list(adapter_checks or ())
     if prompt.check and adapter_checks is None:
         checks.append(dict(COMMAND_NOT_RUN))
     failed = next((c for c in checks if not c["passed"]), None)

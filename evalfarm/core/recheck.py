@@ -126,8 +126,12 @@ def recheck(report: dict[str, Any], thresholds: Thresholds | None = None) -> Rec
             own = [c for c in new["checks"] if c["kind"] == "command"]
             adapter_run += len(own)
             ran_own = bool(own) or not prompt.check
+            stored = [c for c in (o.get("checks") or []) if isinstance(c, dict) and c.get("kind") != "command"]
+            figures = {"cost_usd": o.get("cost_usd"), "latency_ms": o.get("latency_ms"),
+                       "similarity": {i: c["score"] for i, c in enumerate(stored)
+                                      if c.get("kind") == "similar" and isinstance(c.get("score"), (int, float))}}
             golden, reason, checks = golden_verdict(prompt, o.get("output") or "", o.get("finish_reason"),
-                                                    own if ran_own else None)
+                                                    own if ran_own else None, figures)
             new.update(golden_passed=golden, golden_reason=reason, checks=checks)
         out = decide(Outcome.from_dict(new), pass_score)
         new.update(passed=out.passed, failure_mode=out.failure_mode)

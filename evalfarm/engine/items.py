@@ -24,6 +24,7 @@ from .budget import SKIPPED_BUDGET, BudgetExhausted, SpendGuard, guarding
 from .cache import ResponseCache, request_key
 from .judges import Judge, clamp01
 from .observe import active, calling, outcome as observe_outcome
+from .registry import similarities
 
 T = TypeVar("T")
 
@@ -106,14 +107,27 @@ class Engine:
             out.agent = getattr(exc, "agent", None)  # what is known of a failed agent run
             return out
         await self._charge(completion.cost_usd)
-        return self.score(item, out, completion, started)
+        similarity: dict[int, float] = {}
+        if any(c.kind == "similar" for c in item.prompt.checks):
+            try:  # an embeddings endpoint that fails is a runtime error, never a quality failure
+                similarity = await similarities(item.prompt.checks, completion.text)
+            except InfrastructureError:
+                raise
+            except Exception as exc:
+                out.error = error_of(exc, "similar")
+                return out
+        return self.score(item, out, completion, started, {"similarity": similarity})
 
-    def score(self, item: Item, out: Outcome, completion: Completion, started: float) -> Outcome:
+    def score(self, item: Item, out: Outcome, completion: Completion, started: float,
+              figures: dict[str, Any] | None = None) -> Outcome:
         """The deterministic part of stage 1 on a completion: figures and checks (re-scoring applies it
-        to stored outputs)."""
+        to stored outputs; ``figures`` then holds the stored latency, cost and similarities)."""
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         out.latency_ms = round(completion.meta.get("call_ms") or elapsed_ms, 3)
         out.wait_ms = round(max(0.0, elapsed_ms - out.latency_ms), 3)
+        # an adapter that says it has no price measured no cost (0 would pass any cost check)
+        cost = None if completion.meta.get("priced") is False else completion.cost_usd
+        figures = {"cost_usd": cost, "latency_ms": out.latency_ms, **(figures or {})}
         out.output = completion.text
         out.finish_reason = completion.finish_reason
         out.input_tokens, out.output_tokens = completion.input_tokens, completion.output_tokens
@@ -123,7 +137,7 @@ class Engine:
         # an adapter's own checks (an agent's `check` command) join the text checks: one verdict
         out.golden_passed, out.golden_reason, out.checks = golden_verdict(
             item.prompt, completion.text, completion.finish_reason,
-            list(completion.meta.get("checks") or ()) if "checks" in completion.meta else None)
+            list(completion.meta.get("checks") or ()) if "checks" in completion.meta else None, figures)
         return out
 
     def replay(self, item: Item) -> Outcome:
@@ -141,7 +155,11 @@ class Engine:
                                 input_tokens=int(stored.get("input_tokens") or 0),
                                 output_tokens=int(stored.get("output_tokens") or 0), cost_usd=0.0,
                                 meta={"attempts": stored.get("attempts")})
-        out = self.score(item, out, completion, time.perf_counter())
+        stored_checks = [c for c in stored.get("checks") or [] if isinstance(c, dict) and c.get("kind") != "command"]
+        figures = {"cost_usd": stored.get("cost_usd"), "latency_ms": stored.get("latency_ms"),
+                   "similarity": {i: c["score"] for i, c in enumerate(stored_checks)
+                                  if c.get("kind") == "similar" and isinstance(c.get("score"), (int, float))}}
+        out = self.score(item, out, completion, time.perf_counter(), figures)
         out.latency_ms, out.wait_ms = stored.get("latency_ms"), stored.get("wait_ms")
         return out
 

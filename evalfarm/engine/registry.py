@@ -28,12 +28,24 @@ Factory = Callable[[Any], Any]
 _BUILTIN_ADAPTERS: dict[str, str] = {
     "mock": "evalfarm.engine.adapters:MockAdapter",
     "openai": "evalfarm.providers.openai:OpenAIAdapter",
+    "anthropic": "evalfarm.providers.anthropic:AnthropicAdapter",  # native wire protocols, one module each
+    "gemini": "evalfarm.providers.gemini:GeminiAdapter",
+    "vertex": "evalfarm.providers.gemini:VertexAdapter",
+    "openai-responses": "evalfarm.providers.responses:ResponsesAdapter",
+    "azure": "evalfarm.providers.azure:AzureAdapter",
+    "http": "evalfarm.providers.http_json:HttpJsonAdapter",
+    "bedrock": "evalfarm.providers.bedrock:BedrockAdapter",
     "agent": "evalfarm.agents.adapter:AgentAdapter",  # coding agents in git worktrees (spawn mode)
     "stored": "evalfarm.engine.stored:StoredAdapter",  # a re-scoring run's stand-in: never called
 }
 _BUILTIN_JUDGES: dict[str, str] = {
     "mock": "evalfarm.engine.judges:MockJudge",
     "openai": "evalfarm.providers.openai:openai_judge",
+    "anthropic": "evalfarm.providers.anthropic:anthropic_judge",  # the native wires (azure and http need
+    "gemini": "evalfarm.providers.gemini:gemini_judge",           # fields a judge block does not have)
+    "vertex": "evalfarm.providers.gemini:vertex_judge",
+    "openai-responses": "evalfarm.providers.responses:responses_judge",
+    "bedrock": "evalfarm.providers.bedrock:bedrock_judge",
 }
 GROUPS = {"adapter": "evalfarm.adapters", "judge": "evalfarm.judges"}
 
@@ -118,3 +130,10 @@ def load_plugins() -> None:
         except Exception as exc:  # the plug-in's own error (syntax, a failing import-time check)
             where = f" ({exc.filename}:{exc.lineno})" if isinstance(exc, SyntaxError) else ""
             raise ImportError(f"{type(exc).__name__}{where}: {exc}", name=name) from None
+
+
+async def similarities(checks: list[Any], output: str) -> dict[int, float]:
+    """The ``similar`` checks' cosines (providers/embeddings.py, imported on first use: a spec without
+    such a check never imports it)."""
+    module = importlib.import_module("evalfarm.providers.embeddings")
+    return await module.similarities(checks, output)

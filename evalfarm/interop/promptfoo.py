@@ -24,6 +24,8 @@ import yaml
 from ..errors import SpecError
 from ..spec.sourcemap import dotted, line_for, load_yaml, read_text
 from .promptfoo_asserts import Refused, map_assert
+from .promptfoo_csv import tests_from_csv
+from .promptfoo_providers import _GEMINI_PARAMS, provider_family
 from .template import TemplateUnsupported, is_partial, line_of, prepare_vars, render, render_prompt, variables
 
 PROMPTFOO_VERSION = "0.123.1"  # the version whose behaviour this mirrors (and the tests install)
@@ -110,8 +112,14 @@ class PromptfooImporter:
         self._caveats: dict[Finding, None] = {}
         self._mapped: dict[tuple, str] = {}  # (file, line, field) of an assertion -> its type
         self._refused_asserts: dict[tuple, str] = {}
+        self._notes: list[str] = []
 
     # ---- findings -------------------------------------------------------------------------
+    def note_endpoint(self, adapter: dict[str, Any], message: str, endpoint: bool = True) -> None:
+        """A provider imported with a caveat (an endpoint promptfoo reads from the environment); the
+        caller files it at the provider's line."""
+        self._notes.append(f"provider {adapter['id']}: {message}")
+
     def refuse(self, finding: Finding) -> None:
         self._refused.setdefault(finding)
 
@@ -127,8 +135,13 @@ class PromptfooImporter:
         """``file://`` references (globs too) inside the config's folder; anything outside is refused:
         a config is untrusted data and must not pull arbitrary files into a spec."""
         rel = ref[len("file://"):] if ref.startswith("file://") else ref
-        if re.search(r"\.(py|js|mjs|cjs|ts)(:[A-Za-z_]\w*)$", rel):
-            raise Refused(f"{ref}: a function reference runs code; evalfarm imports data only")
+        code = re.fullmatch(r"(.+\.(?:py|js|mjs|cjs|ts|mts|cts))(:[A-Za-z_$][\w$.]*)", rel)
+        if code:  # file.py:function or file.py:Class.method: the file is named without the function
+            target = Path(code.group(1)) if Path(code.group(1)).is_absolute() else self.base / code.group(1)
+            if not target.resolve().is_file():
+                raise Refused(f"{ref}: file not found ({target.resolve()})")
+            raise Refused(f"{ref}: a function reference runs code ({code.group(2)[1:]} in {code.group(1)}); "
+                          "evalfarm imports data only")
         pattern = Path(rel) if Path(rel).is_absolute() else self.base / rel
         names = sorted(glob.glob(str(pattern), recursive=True)) if any(c in rel for c in "*?[") else [str(pattern)]
         paths = []
@@ -218,11 +231,14 @@ class PromptfooImporter:
         adapters: list[dict[str, Any]] = []
         for i, entry in enumerate(entries):
             loc = (key, i) if isinstance(raw, list) else (key,)
+            self._notes = []
             try:
                 adapter = self.provider(entry)
             except Refused as exc:
                 self.refuse(doc.at(loc, str(exc), sub=exc.field))
                 continue
+            for note in self._notes:
+                self.caveat(doc.at(loc, note))
             base_id, n = adapter["id"], 2
             while any(a["id"] == adapter["id"] for a in adapters):
                 adapter["id"], n = f"{base_id}-{n}", n + 1
@@ -230,7 +246,9 @@ class PromptfooImporter:
         return adapters
 
     def provider(self, entry: Any) -> dict[str, Any]:
-        """One promptfoo provider as an evalfarm adapter (OpenAI-compatible chat only)."""
+        """One promptfoo provider as an evalfarm adapter: OpenAI chat and the OpenAI-compatible services,
+        Anthropic Messages, Gemini (Google AI Studio, Vertex), OpenAI Responses, Azure OpenAI, and the
+        ``http`` provider's JSON form (see ``providers.py`` next to this module for the table)."""
         if isinstance(entry, dict) and len(entry) == 1 and "id" not in entry:
             (pid, body), = entry.items()  # the {"openai:chat:x": {config: ...}} form
             entry = {"id": pid, **(body if isinstance(body, dict) else {})}
@@ -238,30 +256,34 @@ class PromptfooImporter:
             entry = {"id": entry}
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
             raise Refused("a provider must be an id string or a mapping with an 'id'")
+        if "delay" in entry:  # promptfoo's pause between calls: evalfarm has its own limits (requests_per_minute)
+            entry = {k: v for k, v in entry.items() if k != "delay"}
+            self._notes.append(f"provider {entry.get('id')}: delay is not imported (set requests_per_minute)")
         extra = sorted(set(entry) - {"id", "label", "config"})
         if extra:
             raise Refused(f"provider key {extra[0]!r} is not supported", field=extra[0])
         pid = entry["id"]
-        match = re.fullmatch(r"openai:chat:(\S+)", pid) or re.fullmatch(r"openai:([^:\s]+)", pid)
-        if match is None or match.group(1) in ("chat", "responses", "completion", "embedding", "embeddings",
-                                               "assistant", "image", "realtime", "moderation"):
-            raise Refused(f"provider {pid!r} is not an OpenAI-compatible chat model "
-                          "(supported: openai:MODEL, openai:chat:MODEL, with config.apiBaseUrl for other "
-                          "compatible endpoints)", field="id")
         config = entry.get("config") or {}
         if not isinstance(config, dict):
             raise Refused("config must be a mapping", field="config")
-        adapter: dict[str, Any] = {"id": entry.get("label") or pid, "provider": "openai", "model": match.group(1),
-                                   "base_url": OPENAI_URL, "api_key_env": OPENAI_KEY_ENV}
+        family = provider_family(pid)
+        adapter: dict[str, Any] = {"id": entry.get("label") or pid, "provider": family.provider,
+                                   "model": family.model}
+        if family.base_url is not None:
+            adapter["base_url"] = family.base_url
+        adapter["api_key_env"] = family.key_env
         if not isinstance(adapter["id"], str) or not adapter["id"].strip():
             raise Refused("label must be a non-empty string", field="label")
-        params = {}
+        params: dict[str, Any] = {}
+        place: dict[str, Any] = {}
         for key, value in config.items():
-            if key == "apiBaseUrl":
+            if key in family.place_keys:
+                place[key] = value
+            elif key == "apiBaseUrl" and family.provider not in ("http",):
                 if not isinstance(value, str) or not re.match(r"https?://[^/\s]+", value):
                     raise Refused("config.apiBaseUrl must be an http(s):// URL", field="config")
                 adapter["base_url"] = value.rstrip("/")
-            elif key == "apiHost":
+            elif key == "apiHost" and family.provider in ("openai", "anthropic"):
                 if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9.-]+(:\d+)?", value):
                     raise Refused("config.apiHost must be a host name", field="config")
                 adapter["base_url"] = f"https://{value}/v1"
@@ -274,10 +296,15 @@ class PromptfooImporter:
                 raise Refused("config.apiKey holds a key in the config; evalfarm reads keys from the "
                               "environment only: put it in a variable and name it with config.apiKeyEnvar",
                               field="config")
-            elif key in _PARAMS:
-                params[key] = value
+            elif key in _PARAMS or key in family.param_names:
+                params[family.param_names.get(key, key)] = value
+            elif key == "generationConfig" and family.provider in ("gemini", "vertex") and isinstance(value, dict):
+                for k, v in value.items():  # unknown keys pass through into generationConfig (wire: gemini)
+                    params[_GEMINI_PARAMS.get(k, k)] = v
             else:
-                raise Refused(f"config.{key} is not supported by the importer", field="config")
+                raise Refused(f"config.{key} is not supported by the importer for {family.provider} providers",
+                              field="config")
+        family.finish(adapter, place, params, self)
         if params:
             adapter["params"] = params
         return adapter
@@ -416,6 +443,10 @@ class PromptfooImporter:
 
     def _grader(self, entry: Any) -> dict[str, Any]:
         adapter = self.provider(entry)
+        if adapter["provider"] in ("azure", "http"):
+            raise Refused(f"grader provider {adapter['provider']}: evalfarm's judge block has no api_version or "
+                          "http fields (an OpenAI-compatible, anthropic, gemini, vertex, openai:responses or "
+                          "bedrock grader is supported)")
         adapter.pop("id")
         return adapter
 
@@ -446,8 +477,15 @@ class PromptfooImporter:
             raise Refused(f"{ref!r}: a test entry must be a mapping or a file:// reference")
         out = []
         for path in self.resolve(ref):
+            if path.suffix == ".csv":
+                rows = tests_from_csv(self._read(path))
+                lines = {(i,): line for i, (line, _) in enumerate(rows)}
+                tdoc = _Doc(path, [t for _, t in rows], lines)
+                out += [(tdoc, (i,), t) for i, (_, t) in enumerate(rows)]
+                continue
             if path.suffix not in (".yaml", ".yml", ".json"):
-                raise Refused(f"{path.name}: test files of type {path.suffix!r} are not supported (.yaml, .json)")
+                raise Refused(f"{path.name}: test files of type {path.suffix!r} are not supported (.yaml, .json, "
+                              ".csv)")
             try:
                 tdoc = self._load_doc(path)
             except SpecError as exc:

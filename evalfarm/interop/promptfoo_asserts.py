@@ -15,7 +15,10 @@ from typing import Any, Callable
 from .template import TemplateUnsupported, js_string, render
 
 KNOWN = {"contains", "icontains", "starts-with", "regex", "equals", "is-json", "contains-json", "contains-all",
-             "icontains-all", "contains-any", "icontains-any", "llm-rubric"}
+             "icontains-all", "contains-any", "icontains-any", "llm-rubric", "cost", "latency", "similar"}
+_THRESHOLD_KINDS = {"cost", "latency", "similar"}  # their threshold is what they check, not a weighting
+SUPPORTED_TEXT = ("contains, icontains, equals, regex, is-json, contains-json, starts-with, contains/icontains-all/-any, "
+                  "llm-rubric and their not- forms; cost, latency, similar")
 # keys an assertion may carry that do not change its pass/fail verdict here
 _HARMLESS_KEYS = {"type", "value", "weight", "metric", "description"}
 
@@ -119,9 +122,9 @@ def map_assert(raw: Any, variables: dict[str, Any], load_file: Callable[[str], A
     inverse = kind.startswith("not-")
     base = kind[4:] if inverse else kind
     if base not in KNOWN:
-        raise Refused(f"assertion type {kind!r} is not supported by the importer "
-                      "(supported: contains, icontains, equals, regex, is-json, contains-json, starts-with, "
-                      "contains/icontains-all/-any, llm-rubric and their not- forms)")
+        raise Refused(f"assertion type {kind!r} is not supported by the importer (supported: {SUPPORTED_TEXT})")
+    if base in _THRESHOLD_KINDS:
+        return _threshold_assert(raw, kind, base, inverse, variables, load_file)
     extra = sorted(set(raw) - _HARMLESS_KEYS)
     if extra:
         raise Refused(f"assertion key {extra[0]!r} is not supported (it changes what is checked)", field=extra[0])
@@ -204,3 +207,59 @@ def map_assert(raw: Any, variables: dict[str, Any], load_file: Callable[[str], A
         out.criteria.append({"id": f"rubric-{rubric_index}", "weight": float(weight), "description": value.strip()})
     return out
 
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    raise Refused(f"{what} must be a number >= 0", field="threshold")
+
+
+def _threshold_assert(raw: dict[str, Any], kind: str, base: str, inverse: bool, variables: dict[str, Any],
+                      load_file: Callable[[str], Any]) -> Mapped:
+    """cost (USD per call), latency (ms) and similar (cosine of embeddings), as promptfoo checks them:
+    ``cost <= threshold``, ``latency <= threshold``, ``similarity >= threshold`` (default 0.75)."""
+    allowed = _HARMLESS_KEYS | {"threshold"} | ({"provider"} if base == "similar" else set())
+    extra = sorted(set(raw) - allowed)
+    if extra:
+        raise Refused(f"assertion key {extra[0]!r} is not supported (it changes what is checked)", field=extra[0])
+    if inverse:
+        raise Refused(f"{kind} has no evalfarm equivalent (a threshold check cannot be inverted)")
+    out = Mapped()
+    if base in ("cost", "latency"):
+        if "threshold" not in raw:
+            raise Refused(f"{kind} needs a threshold", field="threshold")
+        limit = _number(raw["threshold"], f"{kind} threshold")
+        if base == "cost":
+            out.checks.append({"kind": "max_cost_usd", "value": limit})
+            out.caveats.append("evalfarm prices a call from its adapter's price (USD per million tokens): an "
+                               "adapter without price fails this check ('cost not measured'); add price to it")
+        else:
+            out.checks.append({"kind": "max_latency_ms", "value": limit})
+            out.caveats.append("latency is the answered request's round trip; a cached answer keeps the "
+                               "latency measured when it was stored (promptfoo fails a cached one)")
+        return out
+    missing: list[str] = []
+    value = _render(raw.get("value"), variables, missing, load_file)
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if not isinstance(value, str) or not value.strip():
+        raise Refused(f"{kind} needs one non-empty string value (a list of expected texts is not supported)")
+    threshold = raw.get("threshold", 0.75)
+    if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not -1 <= threshold <= 1:
+        raise Refused(f"{kind} threshold must be a number in [-1, 1]", field="threshold")
+    check: dict[str, Any] = {"kind": "similar", "value": value, "threshold": float(threshold)}
+    provider = raw.get("provider")
+    if provider is not None:
+        pid = provider.get("id") if isinstance(provider, dict) else provider
+        m = re.fullmatch(r"openai:(?:embedding|embeddings):(\S+)", pid) if isinstance(pid, str) else None
+        if m is None or (isinstance(provider, dict) and set(provider) - {"id"}):
+            raise Refused(f"{kind} provider {pid!r}: only openai:embedding:MODEL is supported", field="provider")
+        check["embeddings"] = {"model": m.group(1)}
+    out.checks.append(check)
+    out.caveats.append("similar calls an OpenAI embeddings endpoint (EVAL_EMBEDDINGS_BASE_URL, default OpenAI's; "
+                       "key OPENAI_API_KEY)")
+    if missing:
+        out.caveats.append(f"variable(s) {', '.join(sorted(set(missing)))} have no value in this test; "
+                           "rendered empty, as promptfoo does")
+    return out

@@ -41,6 +41,9 @@ from typing import Any
 
 from aiohttp import web
 
+from . import native
+from .native import BadRequest, Protocol
+
 JUDGE_MARKER = "EVALFARM-JUDGE"
 RUBRIC_MARKER = "EVALFARM-RUBRIC"
 _MARK = re.compile(r"\[\[([a-z-]+)(?::([^\]]*))?\]\]")
@@ -86,9 +89,43 @@ class MockProvider:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/chat/completions", self.chat)
         app.router.add_get("/stats", self.stats)
+        app.router.add_post("/v1/embeddings", self.embeddings)
+        app.router.add_post("/embeddings", self.embeddings)
+        app.router.add_post("/openai/deployments/{deployment}/chat/completions", self.handler(native.AZURE))
+        app.router.add_post("/v1/projects/{project}/locations/{location}/publishers/google/models/{call}",
+                            self.handler(native.VERTEX))
+        app.router.add_post("/v1/publishers/google/models/{call}", self.handler(native.VERTEX))
+        app.router.add_post("/v1/models/{call}", self.handler(native.GEMINI))
+        app.router.add_post("/model/{model:.+}/converse", self.handler(native.BEDROCK))
+        app.router.add_post("/v1/model/{model:.+}/converse", self.handler(native.BEDROCK))
         if getattr(self, "agents", None) is not None:  # --agent-script: mock/agents.py
             self.agents.attach(app)
+        else:  # the eval side of the agents' protocols (mock/native.py)
+            app.router.add_post("/v1/messages", self.handler(native.ANTHROPIC))
+            app.router.add_post("/v1beta/models/{call}", self.handler(native.GEMINI))
+            app.router.add_post("/v1/responses", self.handler(native.RESPONSES))
+            app.router.add_post("/responses", self.handler(native.RESPONSES))
+            app.router.add_post("/{tail:.*}", self.json_endpoint)
         return app
+
+    def handler(self, proto: Protocol):
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await self.chat(request, proto)
+        return handle
+
+    async def json_endpoint(self, request: web.Request) -> web.StreamResponse:
+        """provider: http's JSON endpoint, on any path outside the APIs' own prefixes (a mistyped API
+        path stays a 404)."""
+        if request.path.startswith(("/v1/", "/v1beta/", "/openai/")):
+            self.requests += 1
+            return self._error(404, f"no such endpoint: POST {request.path}")
+        return await self.chat(request, native.JSON_ENDPOINT)
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        self.requests += 1
+        resp = await native.embeddings(request, lambda key: self.api_key is None or key == self.api_key)
+        self.statuses[resp.status] += 1
+        return resp
 
     async def stats(self, request: web.Request) -> web.Response:
         body: dict[str, Any] = {"requests": self.requests, "statuses": self.statuses,
@@ -105,30 +142,37 @@ class MockProvider:
         return web.json_response({"error": {"message": message, "type": "mock_error", "code": status}},
                                  status=status, headers=headers)
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
+    async def chat(self, request: web.Request, proto: Protocol = native.OPENAI) -> web.StreamResponse:
         arrival = round(time.monotonic() - self.started, 4)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
-            resp = await self._chat(request)
+            resp = await self._chat(request, proto)
         finally:
             self.in_flight -= 1
         self.log.append((arrival, resp.status))
         return resp
 
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
+    async def _chat(self, request: web.Request, proto: Protocol) -> web.StreamResponse:
         self.requests += 1
-        if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+        if self.api_key is not None and proto.key(request) != self.api_key:
             # like some gateways, echo what was sent: clients must redact it from their errors
             return self._error(401, f"invalid api key: {request.headers.get('Authorization', '(none)')}")
         try:
             body = await request.json()
-            messages = body["messages"]
+            asked = proto.read(request, body)
+            messages = asked.messages
             user = next(m["content"] for m in reversed(messages) if m.get("role") == "user")
-        except (ValueError, KeyError, StopIteration, TypeError):
+        except BadRequest as exc:
+            return self._error(400, str(exc))
+        except (ValueError, KeyError, StopIteration, TypeError, AttributeError):
             return self._error(400, "expected a JSON chat completion request with a user message")
-        self.recent.append({"t": time.time(), "model": body.get("model"), "user": user,
-                            "authorization": request.headers.get("Authorization"),
+        self.recent.append({"t": time.time(), "model": asked.model, "user": user, "protocol": proto.name,
+                            "authorization": request.headers.get("Authorization"), "key": asked.key,
+                            "path": request.path, "query": dict(request.query),
+                            "headers": {k.lower(): v for k, v in request.headers.items()
+                                        if k.lower() in ("anthropic-version", "content-type")},
+                            "body": body if proto.name != "openai" else None,
                             "system": "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
                             or None})
         marks = {name: arg for name, arg in _MARK.findall(user)}
@@ -176,21 +220,15 @@ class MockProvider:
         elif RUBRIC_MARKER in system:
             text, finish = self._rubric(user), "stop"
         else:
-            text, finish = self._reply(body.get("model", "mock"), user, marks)
-        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+            text, finish = self._reply(asked.model, user, marks)
+        max_tokens = asked.max_tokens
         words = text.split()
         if max_tokens and len(words) > int(max_tokens):
             text, finish = " ".join(words[: int(max_tokens)]), "length"
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
         self.statuses[200] += 1
         self.answered += 1
-        return web.json_response({
-            "id": f"chatcmpl-mock-{self.requests}", "object": "chat.completion", "created": int(time.time()),
-            "model": body.get("model", "mock"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()),
-                      "total_tokens": prompt_tokens + len(text.split())},
-        })
+        return web.json_response(proto.answer(asked, text, finish, prompt_tokens, self.requests))
 
     def _reply(self, model: str, user: str, marks: dict[str, str]) -> tuple[str, str]:
         for pattern, rule in self.script:

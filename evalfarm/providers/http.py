@@ -48,9 +48,10 @@ def transport(scheme: str) -> AiohttpTransport:
     return entry[1]
 
 
-async def post(url: httpx.URL, body: bytes, headers: dict[str, str], timeout_s: float, connect_s: float) -> Reply:
-    """One POST; httpx's exceptions (TimeoutException, TransportError...) propagate to the caller."""
-    request = httpx.Request("POST", url, content=body, headers=headers,
+async def post(url: httpx.URL, body: bytes, headers: dict[str, str], timeout_s: float, connect_s: float,
+               method: str = "POST") -> Reply:
+    """One POST (or ``method``); httpx's exceptions (TimeoutException, TransportError...) propagate to the caller."""
+    request = httpx.Request(method, url, content=body if method != "GET" else None, headers=headers,
                             extensions={"timeout": {"connect": connect_s, "read": timeout_s, "write": timeout_s,
                                                     "pool": None}})
     response = await transport(url.scheme).handle_async_request(request)

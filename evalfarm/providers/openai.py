@@ -1,5 +1,10 @@
 """OpenAI-compatible chat completions: the adapter under test and the judge's transport.
 
+The call machinery here (limits, budget, quota, retries, error mapping) is shared by every wire
+protocol: an ``Endpoint`` carries a ``wire`` (providers/wire.py) that says where to POST, how the key
+is sent, how the body is written and how the answer is read. OpenAI chat is the default wire; the
+native ones (Anthropic, Gemini, Vertex, Responses, Azure, HTTP JSON) live in their own modules.
+
 The API key is read from the environment variable the spec names, at call
 time, on the worker; it is never stored, logged or put in an error message.
 """
@@ -26,6 +31,7 @@ from .http import close_current, post
 from .limits import Limiter, Limits, endpoint_id, limiter_for
 from .quota import exhausted_now, is_quota, refuse_if_exhausted
 from .retry import RetryPolicy, parse_retry_after, with_retries
+from .wire import OPENAI_CHAT, Wire
 
 
 @dataclass(frozen=True)
@@ -37,11 +43,13 @@ class Endpoint:
     price: Price | None = None
     params: dict[str, Any] = field(default_factory=dict)
     limits: Limits = Limits()
+    wire: Wire = OPENAI_CHAT
+    api_version: str | None = None
+    http: Any = None  # the http wire's request shape (spec.models.HttpSpec)
 
     @property
     def url(self) -> str:
-        base = self.base_url.rstrip("/")
-        return base if base.endswith("/chat/completions") else base + "/chat/completions"
+        return self.wire.url(self)
 
     @functools.cached_property
     def parsed_url(self) -> httpx.URL:
@@ -91,12 +99,9 @@ def _dropped(exc: BaseException, url: str) -> ProviderError | None:
 
 
 async def _post_once(ep: Endpoint, body: bytes) -> dict[str, Any]:
-    headers = {"Content-Type": "application/json"}
-    key = key_for(ep.api_key_env, ep.url)
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
+    headers = {"Content-Type": "application/json", **ep.wire.headers(ep, key_for(ep.api_key_env, ep.url))}
     try:
-        resp = await post(ep.parsed_url, body, headers, ep.timeout_s, min(10.0, ep.timeout_s))
+        resp = await post(ep.parsed_url, body, headers, ep.timeout_s, min(10.0, ep.timeout_s), ep.wire.method(ep))
         raw = resp.body
     except httpx.ConnectTimeout as exc:
         raise _dropped(exc, ep.url) or TransportError(
@@ -124,7 +129,7 @@ async def chat(ep: Endpoint, messages: list[dict[str, str]], params: dict[str, A
                policy: RetryPolicy = RetryPolicy(), limiter: Limiter | None = None, label: str = "") -> ChatResult:
     """One chat completion with retries, under the endpoint's fleet limits (``label``: the adapter id, or
     "judge", for metrics)."""
-    body = json.dumps({"model": ep.model, "messages": messages, **ep.params, **(params or {})}).encode()
+    body = ep.wire.body(ep, messages, {**ep.params, **(params or {})})
     limiter = limiter or limiter_for(ep.base_url, ep.api_key_env, ep.limits)
     eid = endpoint_id(ep.base_url, ep.api_key_env)
     attempts = 0
@@ -153,17 +158,7 @@ async def chat(ep: Endpoint, messages: list[dict[str, str]], params: dict[str, A
                 raise
 
     data = await with_retries(once, policy, on_retry=lambda exc, delay: observe.retry(label or ep.model))
-    try:
-        choice = data["choices"][0]
-        text = choice["message"].get("content") or ""
-        finish = choice.get("finish_reason") or "stop"
-    except (KeyError, IndexError, TypeError, AttributeError):
-        raise BadResponse(f"not a chat completion: {redact(json.dumps(data))[:200]}", 200) from None
-    usage = data.get("usage") or {}
-    try:
-        t_in, t_out = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-    except (TypeError, ValueError, AttributeError):
-        raise BadResponse(f"usage is not token counts: {redact(json.dumps(usage))[:200]}", 200) from None
+    text, finish, t_in, t_out = ep.wire.parse(ep, data)
     total_s = time.perf_counter() - started
     return ChatResult(text, finish, t_in, t_out, cost_of(ep.price, t_in, t_out), attempts,
                       round(call_s * 1e3, 3), round((total_s - call_s) * 1e3, 3))
@@ -173,7 +168,10 @@ ADAPTER_VERSION = 1  # bump when what the adapter sends changes: it is part of i
 
 
 class OpenAIAdapter:
-    """The model under test. ``PromptSpec.system`` becomes the system message."""
+    """The model under test. ``PromptSpec.system`` becomes the system message. ``wire`` is the
+    protocol (OpenAI chat unless a native provider's factory says otherwise)."""
+
+    wire: Wire = OPENAI_CHAT
 
     def __init__(self, spec: "AdapterSpec | str") -> None:
         if isinstance(spec, str):
@@ -184,15 +182,22 @@ class OpenAIAdapter:
                            "or set EVAL_BASE_URL")
         self.id, self.spec = spec.id, spec
         register_secret_env(spec.api_key_env)
+        self.wire.check(spec)
         self.endpoint = Endpoint(spec.base_url, spec.model, spec.api_key_env, spec.timeout_s, spec.price,
-                                 dict(spec.params), Limits(spec.max_in_flight, spec.requests_per_minute))
+                                 dict(spec.params), Limits(spec.max_in_flight, spec.requests_per_minute),
+                                 self.wire, spec.api_version, spec.http)
 
     async def aclose(self) -> None:
         await close_current()
 
     def config(self) -> dict[str, Any]:
-        return {"kind": "openai", "version": ADAPTER_VERSION, "id": self.id, "model": self.spec.model,
-                "base_url": self.spec.base_url, "params": self.spec.params}
+        config = {"kind": self.wire.kind, "version": ADAPTER_VERSION, "id": self.id, "model": self.spec.model,
+                  "base_url": self.spec.base_url, "params": self.spec.params}
+        if self.spec.api_version is not None:
+            config["api_version"] = self.spec.api_version
+        if self.spec.http is not None:
+            config["http"] = self.spec.http.model_dump(mode="json")
+        return config
 
     async def complete(self, prompt: PromptSpec, trial: int) -> Completion:
         messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + \
@@ -200,15 +205,18 @@ class OpenAIAdapter:
         r = await chat(self.endpoint, messages, label=self.id)
         return Completion(text=r.text, finish_reason=r.finish_reason, input_tokens=r.input_tokens,
                           output_tokens=r.output_tokens, cost_usd=r.cost_usd,
-                          meta={"attempts": r.attempts, "call_ms": r.call_ms, "wait_ms": r.wait_ms})
+                          meta={"attempts": r.attempts, "call_ms": r.call_ms, "wait_ms": r.wait_ms,
+                                "priced": self.spec.price is not None})
 
 
-def openai_judge(spec: JudgeSpec) -> LLMJudge:
-    """A rubric judge on an OpenAI-compatible endpoint, with its own key, price and limits."""
+def openai_judge(spec: JudgeSpec, wire: Wire = OPENAI_CHAT) -> LLMJudge:
+    """A rubric judge on an OpenAI-compatible endpoint (or a native ``wire``), with its own key, price and
+    limits."""
     if not spec.base_url:
         raise KeyError("the judge has no base_url: set judge.base_url, pass --judge-base-url, "
                        "or set EVAL_JUDGE_BASE_URL / EVAL_BASE_URL")
     register_secret_env(spec.api_key_env)
     endpoint = Endpoint(spec.base_url, spec.model, spec.api_key_env, spec.timeout_s, spec.price, dict(spec.params),
-                        Limits(spec.max_in_flight, spec.requests_per_minute))
-    return LLMJudge(spec, lambda messages: chat(endpoint, messages, label="judge"), kind="openai", aclose=close_current)
+                        Limits(spec.max_in_flight, spec.requests_per_minute), wire)
+    return LLMJudge(spec, lambda messages: chat(endpoint, messages, label="judge"), kind=wire.kind,
+                    aclose=close_current)

@@ -115,8 +115,51 @@ class MaxCharsCheck(_Check):
     value: int = Field(ge=0)
 
 
+class MaxCostCheck(_Check):
+    """The item's model call cost at most ``value`` USD (its adapter's ``price``; promptfoo's ``cost``)."""
+
+    kind: Literal["max_cost_usd"]
+    value: float = Field(ge=0)
+
+
+class MaxLatencyCheck(_Check):
+    """The model call answered within ``value`` ms (the answered request's round trip; promptfoo's ``latency``)."""
+
+    kind: Literal["max_latency_ms"]
+    value: float = Field(ge=0)
+
+
+class EmbeddingsEndpoint(_Model):
+    """An OpenAI-compatible ``POST {base_url}/embeddings`` endpoint; unset base_url: the adapter's."""
+
+    model: str = Field(default="text-embedding-3-large", min_length=1)
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        return check_base_url(value)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        return check_env_name(value)
+
+
+class SimilarCheck(_Check):
+    """The cosine similarity of the output's and ``value``'s embeddings is at least ``threshold``
+    (promptfoo's ``similar``, default threshold 0.75)."""
+
+    kind: Literal["similar"]
+    value: str = Field(min_length=1)
+    threshold: float = Field(default=0.75, ge=-1.0, le=1.0)
+    embeddings: EmbeddingsEndpoint = Field(default_factory=EmbeddingsEndpoint)
+
+
 Check = Annotated[Union[JsonCheck, OneOfCheck, ContainsCheck, NotContainsCheck, RegexCheck, EqualsCheck,
-                        JsonSchemaCheck, ContainsJsonCheck, MaxCharsCheck], Field(discriminator="kind")]
+                        JsonSchemaCheck, ContainsJsonCheck, MaxCharsCheck, MaxCostCheck, MaxLatencyCheck,
+                        SimilarCheck], Field(discriminator="kind")]
 FORMAT_CHECKS = ("json", "one_of", "json_schema", "contains_json", "max_chars")
 
 
@@ -229,8 +272,41 @@ AGENT_KEY_ENVS = {"claude": "ANTHROPIC_API_KEY", "codex": "OPENAI_API_KEY", "gem
 AGENT_TIMEOUT_S = 1800.0  # an agent adapter's default timeout_s: the budget of one spawned task
 
 
+NATIVE_PROVIDERS = ("anthropic", "gemini", "vertex", "openai-responses", "azure", "http", "bedrock")  # providers/*.py
+
+
+class HttpSpec(_Model):
+    """``provider: http``: the request to send (``{{prompt}}`` in any string of ``body`` becomes the prompt)
+    and where the text is in the JSON answer (``json.output``; unset: the whole answer)."""
+
+    method: Literal["POST", "PUT", "PATCH"] = "POST"
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: Any = Field(default_factory=lambda: {"prompt": "{{prompt}}"})
+    response_path: str | None = None
+
+    @field_validator("headers")
+    @classmethod
+    def _no_secret_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if name.lower() in ("authorization", "api-key", "x-api-key", "cookie"):
+                raise ValueError(f"header {name!r} would hold a secret in the spec: put the key in an "
+                                 "environment variable named by api_key_env (sent as Authorization: Bearer)")
+        return value
+
+    @field_validator("response_path")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        if value is not None:
+            from .jsonpath import path_steps
+
+            path_steps(value)
+        return value
+
+
 class AdapterSpec(_Endpoint):
-    """A model under test behind an OpenAI-compatible endpoint, or (``provider: agent``) a coding agent
+    """A model under test behind an OpenAI-compatible endpoint, a native protocol (``provider:`` one of
+    anthropic, gemini, vertex, openai-responses, azure (``api_version`` required), http (``http:``
+    block), bedrock (Converse)), or (``provider: agent``) a coding agent
     run in a git worktree of the spec's ``workspace``: ``agent`` names its CLI, ``template`` is the
     command line of ``agent: command``, ``args`` go to the agent's argv; ``base_url`` is the model
     endpoint the agent calls (unset: the agent's own default) and ``timeout_s`` the task budget."""
@@ -241,10 +317,20 @@ class AdapterSpec(_Endpoint):
     agent: Literal["claude", "codex", "gemini", "aider", "opencode", "command"] | None = None
     template: str | None = Field(default=None, min_length=1)
     args: list[str] | None = None
+    api_version: str | None = Field(default=None, min_length=1)  # azure (required), anthropic-version
+    http: HttpSpec | None = None  # provider: http
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> Any:
-        return _drop_unset(handler(self), ("agent", "template", "args"))
+        return _drop_unset(handler(self), ("agent", "template", "args", "api_version", "http"))
+
+    @field_validator("api_version", mode="before")
+    @classmethod
+    def _version_text(cls, value: Any) -> Any:
+        """YAML reads an unquoted ``api_version: 2024-10-21`` as a date: it means the text."""
+        import datetime
+
+        return value.isoformat() if isinstance(value, datetime.date) else value
 
     @model_validator(mode="before")
     @classmethod
@@ -267,6 +353,13 @@ class AdapterSpec(_Endpoint):
                 raise ValueError("'template' (a command line with {prompt}) goes with agent: command, and only there")
         elif self.agent is not None or self.template is not None or self.args is not None:
             raise ValueError("'agent', 'template' and 'args' go with provider: agent")
+        if (self.provider == "http") != (self.http is not None):
+            raise ValueError("'http' (method, headers, body, response_path) goes with provider: http, and "
+                             "provider: http needs it")
+        if self.provider == "azure" and not self.api_version:
+            raise ValueError("provider azure needs api_version (the Azure OpenAI API version, e.g. 2024-10-21)")
+        if self.api_version is not None and self.provider not in ("azure", "anthropic"):
+            raise ValueError("'api_version' goes with provider azure or anthropic")
         return self
 
     @property

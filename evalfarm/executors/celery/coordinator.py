@@ -221,7 +221,7 @@ class CeleryBackend:
                     self.app.send_task(JUDGE_BATCH, args=[run_id, keys], producer=producer, queue="judge")
                     sent += 1
             ok, state = self.store.transition(run_id, "running", ("dispatching",))
-            if not ok:
+            if not ok and state != "done":  # done: a small run's items were run and aggregated before this line
                 raise self.stopped_error(run_id, state)
         except KeyboardInterrupt:
             raise Interrupted(f"interrupted while dispatching run {run_id} ({sent:,} batches sent, they run on): "

@@ -1,0 +1,254 @@
+"""promptfoo provider ids as evalfarm adapters: which wire protocol, endpoint and key variable each id means.
+
+    openai:MODEL, openai:chat:MODEL      openai (chat completions), OPENAI_API_KEY
+    openai:responses:MODEL               openai-responses, OPENAI_API_KEY
+    anthropic:messages:MODEL, anthropic:MODEL   anthropic, ANTHROPIC_API_KEY
+    google:MODEL (gemini-*)              gemini (AI Studio), GEMINI_API_KEY (promptfoo also reads GOOGLE_API_KEY)
+    vertex:MODEL (gemini-*)              vertex, VERTEX_API_KEY (an access token); config.projectId/region
+    azure:chat:DEPLOYMENT                azure, AZURE_API_KEY; config.apiHost, config.apiVersion
+    bedrock:MODEL, bedrock:converse:MODEL   bedrock (Converse API), AWS_BEARER_TOKEN_BEDROCK; config.region
+    http, https, https://URL             http (config.url, method, headers, body, transformResponse as a path)
+    openrouter:, mistral:, xai:, groq:, deepseek:, perplexity:, cerebras:, hyperbolic:, togetherai:,
+    fireworks:, ollama:chat:             openai (chat completions) at the service's OpenAI-compatible URL
+
+Anything else (image/audio/video/realtime models, agents, scripts) is refused. Where promptfoo
+would read an endpoint from the environment (VERTEX_PROJECT_ID, AZURE_API_HOST), the adapter is imported
+without base_url and a note says so: ``--base-url`` or an edit of the spec supplies it.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any, Callable
+
+from ..spec.jsonpath import path_steps
+from .promptfoo_asserts import Refused
+
+OPENAI_URL = "https://api.openai.com/v1"
+AZURE_API_VERSION = "2024-10-21"  # the GA Azure OpenAI API version used when the config names none
+_GEMINI_PARAMS = {"temperature": "temperature", "maxOutputTokens": "max_tokens", "topP": "top_p", "topK": "top_k",
+                  "stopSequences": "stop", "responseMimeType": "responseMimeType"}
+
+# OpenAI-compatible services: prefix -> (base URL, key variable, model ids that are not chat models)
+COMPATIBLE = {
+    "openrouter": ("https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
+    "mistral": ("https://api.mistral.ai/v1", "MISTRAL_API_KEY"),
+    "xai": ("https://api.x.ai/v1", "XAI_API_KEY"),
+    "groq": ("https://api.groq.com/openai/v1", "GROQ_API_KEY"),
+    "deepseek": ("https://api.deepseek.com/v1", "DEEPSEEK_API_KEY"),
+    "perplexity": ("https://api.perplexity.ai", "PERPLEXITY_API_KEY"),
+    "cerebras": ("https://api.cerebras.ai/v1", "CEREBRAS_API_KEY"),
+    "hyperbolic": ("https://api.hyperbolic.xyz/v1", "HYPERBOLIC_API_KEY"),
+    "togetherai": ("https://api.together.xyz/v1", "TOGETHER_API_KEY"),
+    "fireworks": ("https://api.fireworks.ai/inference/v1", "FIREWORKS_API_KEY"),
+}
+_NOT_CHAT = {"chat", "responses", "completion", "embedding", "embeddings", "assistant", "image", "realtime",
+             "moderation", "video", "voice", "audio", "transcription", "agents", "chatkit", "live", "tts",
+             "claude-agent-sdk", "messages"}
+SUPPORTED = ("openai:MODEL, openai:chat:MODEL, openai:responses:MODEL, anthropic:messages:MODEL, google:MODEL, "
+             "vertex:MODEL, azure:chat:DEPLOYMENT, bedrock:MODEL, http/https, and OpenAI-compatible " + ", ".join(COMPATIBLE)
+             + ", ollama:chat")
+
+
+def _none(adapter: dict[str, Any], place: dict[str, Any], params: dict[str, Any], importer: Any) -> None:
+    pass
+
+
+@dataclass
+class Family:
+    provider: str
+    model: str
+    base_url: str | None
+    key_env: str
+    place_keys: frozenset = frozenset()  # config keys that say where the endpoint is (finish() reads them)
+    param_names: dict[str, str] = field(default_factory=dict)  # config keys that are params, renamed
+    finish: Callable[[dict, dict, dict, Any], None] = _none
+
+
+def _model(pid: str, rest: str) -> str:
+    if not rest or rest.split(":")[0] in _NOT_CHAT or rest.split(":")[-1] in _NOT_CHAT:
+        raise Refused(f"provider {pid!r} is not a chat model evalfarm can call (supported: {SUPPORTED})", field="id")
+    return rest
+
+
+def _vertex(adapter: dict, place: dict, params: dict, importer: Any) -> None:
+    project, region = place.get("projectId"), place.get("region") or "us-central1"
+    for name, value in (("projectId", project), ("region", region)):
+        if value is not None and (not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9-]+", value)):
+            raise Refused(f"config.{name} must be a plain name", field="config")
+    if project:
+        adapter["base_url"] = (f"https://{region}-aiplatform.googleapis.com/v1/projects/{project}/locations/"
+                               f"{region}")
+    else:
+        importer.note_endpoint(adapter, "the Vertex project is not in the config (promptfoo reads VERTEX_PROJECT_ID): "
+                                        f"set base_url to https://{region}-aiplatform.googleapis.com/v1/projects/"
+                                        f"PROJECT/locations/{region}, or pass --base-url")
+
+
+def _azure(adapter: dict, place: dict, params: dict, importer: Any) -> None:
+    host, version = place.get("apiHost"), place.get("apiVersion") or AZURE_API_VERSION
+    if isinstance(version, date):  # YAML reads an unquoted 2024-10-21 as a date
+        version = version.isoformat()
+    deployment = place.get("deployment_id") or adapter["model"]
+    if host is not None and (not isinstance(host, str) or not re.fullmatch(r"(https://)?[A-Za-z0-9.-]+/?", host)):
+        raise Refused("config.apiHost must be a host name", field="config")
+    if not isinstance(version, str) or not re.fullmatch(r"[0-9a-z.-]+", version):
+        raise Refused("config.apiVersion must be an Azure API version (2024-10-21)", field="config")
+    adapter["api_version"] = version
+    adapter["model"] = deployment
+    if host:
+        adapter["base_url"] = f"https://{host.removeprefix('https://').rstrip('/')}/openai/deployments/{deployment}"
+    else:
+        importer.note_endpoint(adapter, "the Azure host is not in the config (promptfoo reads AZURE_API_HOST): set "
+                                        f"base_url to https://HOST/openai/deployments/{deployment}, or pass --base-url")
+    if "apiVersion" not in place:
+        importer.note_endpoint(adapter, f"api_version {AZURE_API_VERSION} (the config names none)", endpoint=False)
+
+
+def _bedrock(adapter: dict, place: dict, params: dict, importer: Any) -> None:
+    region = place.get("region") or "us-east-1"
+    if not isinstance(region, str) or not re.fullmatch(r"[a-z0-9-]+", region):
+        raise Refused("config.region must be an AWS region name", field="config")
+    adapter["base_url"] = f"https://bedrock-runtime.{region}.amazonaws.com"
+    inference = place.get("inferenceConfig") or {}
+    if not isinstance(inference, dict):
+        raise Refused("config.inferenceConfig must be a mapping", field="config")
+    names = {"maxTokens": "max_tokens", "temperature": "temperature", "topP": "top_p", "stopSequences": "stop"}
+    for key, value in inference.items():
+        if key not in names:
+            raise Refused(f"config.inferenceConfig.{key} is not supported by the importer", field="config")
+        params[names[key]] = value
+    importer.note_endpoint(adapter, "called through Bedrock's Converse API with a Bedrock API key "
+                                    "(AWS_BEARER_TOKEN_BEDROCK); AWS access keys (SigV4) are not supported"
+                           + ("" if "region" in place else "; region us-east-1 (the config names none)"),
+                           endpoint=False)
+
+
+_TEMPLATE = re.compile(r"\{\{\s*([^}]*?)\s*\}\}")
+_ENV_BEARER = re.compile(r"Bearer \{\{\s*env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+def _templates(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return _TEMPLATE.findall(value)
+    if isinstance(value, list):
+        return [t for v in value for t in _templates(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _templates(v)]
+    return []
+
+
+def _http(adapter: dict, place: dict, params: dict, importer: Any) -> None:
+    import json
+
+    url = place.get("url", adapter.pop("_url", None))
+    adapter.pop("_url", None)
+    if not isinstance(url, str) or not re.match(r"https?://[^/\s{}]+[^\s{}]*$", url):
+        raise Refused("the http provider needs config.url, an http(s):// URL without {{...}} templates",
+                      field="config")
+    method = str(place.get("method", "POST")).upper()
+    if method not in ("POST", "PUT", "PATCH"):
+        raise Refused(f"http method {method} is not supported (POST, PUT, PATCH: a JSON body carries the prompt)",
+                      field="config")
+    body = place.get("body")
+    if isinstance(body, str):
+        try:
+            body = json.loads(body)
+        except ValueError:
+            raise Refused("a raw (non-JSON) http body is not supported: give body as a JSON/YAML mapping",
+                          field="config") from None
+    if body is None:
+        raise Refused("the http provider needs config.body (JSON with {{prompt}})", field="config")
+    others = sorted({t for t in _templates(body) if t != "prompt"})
+    if others:
+        raise Refused(f"http body template(s) {', '.join(others)}: only {{{{prompt}}}} is supported", field="config")
+    if "prompt" not in _templates(body):
+        raise Refused("the http body has no {{prompt}}", field="config")
+    headers: dict[str, str] = {}
+    raw_headers = place.get("headers") or {}
+    if not isinstance(raw_headers, dict):
+        raise Refused("config.headers must be a mapping", field="config")
+    for name, value in raw_headers.items():
+        value = str(value)
+        bearer = _ENV_BEARER.fullmatch(value)
+        if name.lower() == "authorization" and bearer:
+            adapter["api_key_env"] = bearer.group(1)
+        elif _TEMPLATE.search(value):
+            raise Refused(f"http header {name}: templated header values are not supported "
+                          "(Authorization: Bearer {{env.NAME}} is)", field="config")
+        elif name.lower() in ("authorization", "api-key", "x-api-key", "cookie"):
+            raise Refused(f"http header {name} holds a secret in the config: put it in an environment variable "
+                          "and write Authorization: Bearer {{env.NAME}}", field="config")
+        elif name.lower() != "content-type":
+            headers[name] = value
+    http: dict[str, Any] = {"method": method, "body": body}
+    if headers:
+        http["headers"] = headers
+    transform = place.get("transformResponse")
+    if transform is not None:
+        try:
+            path_steps(str(transform))
+        except ValueError:
+            raise Refused("transformResponse: only a JSON path (json.output, json.choices[0].message.content) is "
+                          "supported, not a JavaScript expression or file", field="config") from None
+        http["response_path"] = str(transform).strip()
+    adapter["base_url"] = url
+    adapter["http"] = http
+    if params:
+        raise Refused(f"config.{next(iter(params))}: the http provider sends only its body", field="config")
+
+
+def provider_family(pid: str) -> Family:
+    """A promptfoo provider id's wire protocol, endpoint and key variable; Refused when there is none."""
+    prefix, _, rest = pid.partition(":")
+    if prefix == "openai":
+        if rest.startswith("responses:"):
+            # Responses API options pass through under their own names (the wire renames max_tokens)
+            return Family("openai-responses", _model(pid, rest[len("responses:"):]), OPENAI_URL, "OPENAI_API_KEY",
+                          param_names={"max_output_tokens": "max_tokens", "reasoning": "reasoning",
+                                       "instructions": "instructions", "text": "text", "truncation": "truncation"})
+        if rest.startswith("chat:"):
+            rest = rest[len("chat:"):]
+        return Family("openai", _model(pid, rest), OPENAI_URL, "OPENAI_API_KEY")
+    if prefix == "anthropic":
+        if rest.startswith("messages:"):
+            rest = rest[len("messages:"):]
+        return Family("anthropic", _model(pid, rest), "https://api.anthropic.com/v1", "ANTHROPIC_API_KEY",
+                      param_names={"max_tokens": "max_tokens", "top_k": "top_k"})
+    if prefix == "google" and rest.startswith("gemini"):
+        return Family("gemini", _model(pid, rest), "https://generativelanguage.googleapis.com/v1beta",
+                      "GEMINI_API_KEY", param_names={"maxOutputTokens": "max_tokens", "topP": "top_p"})
+    if prefix == "vertex" and rest.startswith("gemini"):
+        return Family("vertex", _model(pid, rest), None, "VERTEX_API_KEY",
+                      place_keys=frozenset({"projectId", "region"}), finish=_vertex,
+                      param_names={"maxOutputTokens": "max_tokens", "topP": "top_p"})
+    if prefix == "azure" and rest.startswith("chat:"):
+        return Family("azure", _model(pid, rest[len("chat:"):]), None, "AZURE_API_KEY",
+                      place_keys=frozenset({"apiHost", "apiVersion", "deployment_id"}), finish=_azure)
+    if pid in ("http", "https") or re.match(r"https?://", pid):
+        fam = Family("http", "http", None, "EVAL_API_KEY",
+                     place_keys=frozenset({"url", "method", "headers", "body", "transformResponse"}), finish=_http)
+        if pid not in ("http", "https"):
+            fam.finish = lambda a, p, q, i: (a.__setitem__("_url", pid), _http(a, p, q, i))[-1]
+        return fam
+    if prefix == "bedrock":
+        rest = rest.removeprefix("converse:")
+        if rest.split(":")[0] in ("kb", "video", "embeddings", "embedding", "agents", "agent", "image", "nova-sonic") \
+                or rest.startswith(("StartAsyncInvoke", "GetAsyncInvoke")):
+            raise Refused(f"provider {pid!r} is not a chat model evalfarm can call (supported: {SUPPORTED})",
+                          field="id")
+        return Family("bedrock", _model(pid, rest), None, "AWS_BEARER_TOKEN_BEDROCK",
+                      place_keys=frozenset({"region", "inferenceModelType", "inferenceConfig"}), finish=_bedrock,
+                      param_names={"maxTokens": "max_tokens", "max_new_tokens": "max_tokens",
+                                   "max_gen_len": "max_tokens", "topP": "top_p"})
+    if prefix == "litellm":  # the LiteLLM proxy's OpenAI-compatible endpoint (promptfoo's default address)
+        return Family("openai", _model(pid, rest.removeprefix("chat:")), "http://localhost:4000/v1", "EVAL_API_KEY")
+    if prefix == "ollama" and rest.startswith("chat:"):
+        return Family("openai", _model(pid, rest[len("chat:"):]), "http://localhost:11434/v1", "EVAL_API_KEY")
+    if prefix in COMPATIBLE:
+        if rest.startswith("chat:"):
+            rest = rest[len("chat:"):]
+        base, key = COMPATIBLE[prefix]
+        return Family("openai", _model(pid, rest), base, key)
+    raise Refused(f"provider {pid!r} is not supported by the importer (supported: {SUPPORTED})", field="id")

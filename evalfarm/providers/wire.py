@@ -1,0 +1,73 @@
+"""A wire protocol: where a completion request goes, how the key travels, how the body is written
+and how the answer is read. The call machinery (limits, budget, quota, retries, error mapping) is
+one, in providers/openai.py; each native provider is one ``Wire`` in its own module.
+
+A spec's ``params`` are written in OpenAI's names (``max_tokens``, ``temperature``, ``top_p``,
+``stop``); a native wire renames the ones it knows into its protocol's names and passes any other
+key through unchanged, so a provider-specific option still reaches the provider.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..redact import redact
+from .errors import BadResponse
+
+
+def bad(what: str, data: Any) -> BadResponse:
+    return BadResponse(f"{what}: {redact(json.dumps(data))[:200]}", 200)
+
+
+def tokens(usage: Any, names: tuple[str, str]) -> tuple[int, int]:
+    """Input and output token counts from a usage object (absent: 0); anything else is a bad answer."""
+    if usage is None:
+        return 0, 0
+    try:
+        return int(usage.get(names[0]) or 0), int(usage.get(names[1]) or 0)
+    except (TypeError, ValueError, AttributeError):
+        raise bad("usage is not token counts", usage) from None
+
+
+def renamed(params: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    return {names.get(k, k): v for k, v in params.items()}
+
+
+class Wire:
+    """OpenAI chat completions (the default): ``{base_url}/chat/completions``, ``Authorization: Bearer``."""
+
+    kind = "openai"  # in the adapter's config (item keys): "openai" keeps the keys of existing runs
+
+    def check(self, spec: Any) -> None:
+        """Raise KeyError naming what the spec lacks for this protocol (called when the adapter is made)."""
+
+    def url(self, ep: Any) -> str:
+        base = ep.base_url.rstrip("/")
+        return base if base.endswith("/chat/completions") else base + "/chat/completions"
+
+    def method(self, ep: Any) -> str:
+        return "POST"
+
+    def headers(self, ep: Any, key: str | None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def body(self, ep: Any, messages: list[dict[str, str]], params: dict[str, Any]) -> bytes:
+        return json.dumps({"model": ep.model, "messages": messages, **params}).encode()
+
+    def parse(self, ep: Any, data: Any) -> tuple[str, str, int, int]:
+        try:
+            choice = data["choices"][0]
+            text = choice["message"].get("content") or ""
+            finish = choice.get("finish_reason") or "stop"
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise bad("not a chat completion", data) from None
+        t_in, t_out = tokens(data.get("usage"), ("prompt_tokens", "completion_tokens"))
+        return text, finish, t_in, t_out
+
+
+OPENAI_CHAT = Wire()
+
+
+def split_system(messages: list[dict[str, str]]) -> tuple[str | None, list[dict[str, str]]]:
+    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system") or None
+    return system, [m for m in messages if m["role"] != "system"]
