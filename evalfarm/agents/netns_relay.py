@@ -1,4 +1,4 @@
-"""Runs inside the agent's fresh network namespace (started by ``unshare --net``; see netns.py), as
+"""Runs inside the agent's fresh network namespace (bwrap's, jail.py), as
 the parent of the agent: brings the loopback up, optionally maps the model host to 127.0.0.1 in a
 private /etc/hosts, listens on 127.0.0.1:PORT and relays every connection to a unix socket whose
 other end (outside the namespace) connects to the model endpoint. Nothing else is reachable: the
@@ -21,10 +21,12 @@ SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP, MS_BIND = 0x8913, 0x8914, 0x1, 4096
 
 
 def loopback_up() -> None:
+    """Up the loopback unless it is already (bwrap brings it up; with no capabilities we could not)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         req = struct.pack("16sH", b"lo", 0)
         flags = struct.unpack("16sH", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, req)[:18])[1]
-        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
+        if not flags & IFF_UP:
+            fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
 
 
 def private_hosts(name: str, hosts_file: str) -> None:

@@ -86,8 +86,10 @@ def still_running(run_id: str) -> None:
                    "pauses, spend, queue depth.")
 @click.option("--no-events", is_flag=True, help="Send no task events (seen by Flower and `celery events`); "
                                                  "worker heartbeats stay on.")
+@click.option("--allow-unsandboxed", is_flag=True, help="Spawn pool: also run agent tasks whose workspace says "
+                                                         "isolation: none (refused by default: the item fails).")
 def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str, metrics_port: int | None,
-           no_events: bool) -> None:
+           no_events: bool, allow_unsandboxed: bool) -> None:
     """Start a worker consuming one pool's queues; it announces itself (a heartbeat key the dashboard reads)."""
 
     from ..executors.celery import heartbeat  # noqa: F401  (connects the worker's heartbeat to Celery's signals)
@@ -130,7 +132,7 @@ def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str
         observe.install(metrics.PrometheusObserver())
         metrics.sample_queues(broker_of_queues, {spec.name: spec.queues})
     if pool == "spawn":
-        app = spawn_worker_app(settings, spec)
+        app = spawn_worker_app(settings, spec, allow_unsandboxed)
     else:
         app = worker_app(settings, pool=spec)
     app.conf.worker_send_task_events = not no_events

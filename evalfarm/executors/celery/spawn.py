@@ -32,6 +32,7 @@ from typing import Any, Iterable, Iterator
 import redis
 from celery import Celery
 
+from ...agents.policy import require_sandbox
 from ...agents.sandbox import prune_dead
 from ...envvars import env_int
 from ...logs import get_logger
@@ -210,9 +211,11 @@ def register_spawn(app: Celery, settings: FarmSettings, spawn: FarmSettings) -> 
                 settings.blob_dir))
 
 
-def spawn_worker_app(settings: FarmSettings, pool: Pool) -> Celery:
+def spawn_worker_app(settings: FarmSettings, pool: Pool, allow_unsandboxed: bool = False) -> Celery:
     """A spawn worker: the spawn queue's broker and visibility timeout, the spawn task, and the dead
-    runs' sandboxes on this host pruned before the first task is taken."""
+    runs' sandboxes on this host pruned before the first task is taken. It runs agents sandboxed only
+    (``isolation: none`` fails the item) unless ``allow_unsandboxed``."""
+    require_sandbox(not allow_unsandboxed)
     spawn = spawn_settings(settings, pool)
     app = create_app(spawn, pool)
     register_spawn(app, settings, spawn)
