@@ -320,6 +320,7 @@ class AgentAdapter:
             wrap = lambda argv: task_jail.argv(argv, box.worktree)  # noqa: E731
         request = AgentRequest(prompt.text, s.model, base_url, addendum=prompt.system or "", key_from=self.key_from,
                                pass_env=passed, extra_env=extra_env, extra_args=tuple(s.args or ()),
+                               jailed=limits is not None,
                                price=Price(s.price.input, s.price.output) if s.price else None)
         try:
             return run_agent(self.driver, request, box.worktree, box.scratch, timeout_s=timeout_s, binary=binary,

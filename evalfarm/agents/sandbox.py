@@ -4,8 +4,8 @@ Layout, under ``$EVALFARM_SPAWN_DIR`` (default ``<tmp>/evalfarm-spawn``)::
 
     evalfarm-spawn-XXXX/           the scratch root (one per run)
       .evalfarm-sandbox.json       owner (host, pid, start time) and repo: lets prune_stale tell dead from live
-      wt-XXXX/                     ``git clone --shared --no-checkout`` of the repo, checked out detached at the
-                                   base commit: its own ``.git`` (config, index, hooks, refs), the repo's
+      wt-XXXX/                     a git dir of its own (``git init`` + alternates), checked out
+                                   detached at the base commit: its own ``.git`` (config, index, hooks, refs), the repo's
                                    objects read through ``alternates`` (bound read-only into the jail), so
                                    whatever the agent writes into its git dir is gone with the task
       home/ tmp/ evalfarm/         the agent's HOME (with XDG dirs) and TMPDIR, its private files
@@ -149,15 +149,22 @@ def create(repo: Path, base: str, parent: Path | None = None) -> Sandbox:
             if done.returncode == 0 or not done.stderr.strip():
                 done = subprocess.CompletedProcess(done.args, 1, "", f"fatal: invalid reference: {base}")
             raise _fail(repo, base, done)
-        done = safegit.run("clone", "--shared", "--no-checkout", "--quiet", "--", str(repo), str(worktree))
-        if done.returncode != 0:
-            raise _fail(repo, base, done)
-        (worktree / ".git" / "info").mkdir(exist_ok=True)
-        (worktree / ".git" / "info" / "attributes").write_text(safegit.NO_DRIVERS, encoding="utf-8")
-        done = safegit.run("-C", str(worktree), "checkout", "--quiet", "--detach", commit)
-        if done.returncode != 0:
-            raise _fail(repo, base, done)
         objects = safegit.objects_dir(repo)
+        # a git dir of its own (``git init``, no template: no sample hooks), the repo's objects through
+        # alternates, HEAD detached at the base: what ``clone --shared`` gives, without its walk of
+        # every object (0.5 s on 1,000 files)
+        done = safegit.run("init", "--quiet", "--template=", str(worktree))
+        if done.returncode != 0:
+            raise _fail(repo, base, done)
+        git_dir = worktree / ".git"
+        (git_dir / "info").mkdir(exist_ok=True)
+        (git_dir / "info" / "attributes").write_text(safegit.NO_DRIVERS, encoding="utf-8")
+        (git_dir / "objects" / "info").mkdir(parents=True, exist_ok=True)
+        (git_dir / "objects" / "info" / "alternates").write_text(f"{objects}\n" if objects else "", encoding="utf-8")
+        (git_dir / "HEAD").write_text(commit + "\n", encoding="utf-8")
+        done = safegit.run("-C", str(worktree), "read-tree", "--reset", "-u", commit)
+        if done.returncode != 0:
+            raise _fail(repo, base, done)
         harness = root / "harness"
         done = safegit.run("init", "--quiet", "--bare", "--template=", str(harness / "git"))
         if done.returncode != 0:
