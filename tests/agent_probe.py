@@ -10,7 +10,7 @@ attack REDIS_PORT WORKER_HOME BASE_REPO   everything an attacker tries: every vi
 git-plant MARKER   writes core.fsmonitor / a filter / a hook into the git dir its worktree uses
 setsid TOKEN       starts `setsid sleep 300` (TOKEN in its argv) and exits at once
 peek SECONDS       lists every sandbox dir next to its own and its worktree, after SECONDS
-hog MB FILE_MB     allocates MB MiB, then writes FILE_MB MiB into a file; reports what failed
+hog "MB FILE_MB"    allocates MB MiB, then writes FILE_MB MiB into a file; reports what failed and its envelope
 
 What it found goes into the usage file's final_message as base64 JSON (so the report's secret
 masking cannot hide a leak from the test).
@@ -124,6 +124,7 @@ def hog(mb: int, file_mb: int) -> dict:
     except OSError as exc:
         out["write"] = f"{type(exc).__name__}: {exc}"
     os.remove("big.bin") if os.path.exists("big.bin") else None
+    out["env"] = {k: os.environ.get(k) for k in ("TZ", "LANG", "LC_ALL", "PYTHONHASHSEED", "SUITE_SEED")}
     return out
 
 
@@ -145,7 +146,8 @@ def main() -> int:
         found = {"me": str(here), "siblings": sorted(glob.glob(str(here.parent.parent) + "/evalfarm-spawn-*")),
                  "worktrees": sorted(glob.glob(str(here.parent.parent) + "/evalfarm-spawn-*/wt-*"))}
     elif mode == "hog":
-        found = hog(int(args[0]), int(args[1]))
+        mb, file_mb = (args[0].split() if len(args) == 1 else args)[:2]
+        found = hog(int(mb), int(file_mb))
     p = Path("hello.py")
     p.write_text(p.read_text().replace('"hello"', '"hello, world"'))
     Path(usage_file).write_text(json.dumps({

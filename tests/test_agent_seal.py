@@ -257,3 +257,27 @@ def test_without_bwrap_an_agent_run_is_exit_2_naming_the_package(tmp_path):
                   **spawn_env(tmp_path))
     assert res.returncode == 2, res.stderr + res.stdout[-500:]
     assert "bubblewrap" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_limits_hold_and_the_outcome_records_them_with_use_and_the_envelope(tmp_path):
+    """file_mb stops a write past it; memory_mb kills an agent that allocates past it (where a cgroup can be
+    made: as root here); the outcome records the limits, what was used, and the deterministic envelope."""
+    repo = make_repo(tmp_path / "repo")
+    limits = {"memory_mb": 96, "pids": 64, "cpu_s": 60, "file_mb": 2}
+    spec = write(tmp_path / "s.yaml", repo, probe_adapter("hog", "{prompt}"), limits=limits, seeds={"SUITE_SEED": 7},
+                 prompts=[{"id": "fits", "text": "16 4", "check": "true"}, {"id": "over", "text": "400 0", "check": "true"}])
+    res = run_cli("run", str(spec), "--json", "--no-save", cwd=tmp_path, timeout=120, **spawn_env(tmp_path))
+    by = {o["prompt_id"]: o for o in report_of(res)["outcomes"]}
+    fits = by["fits"]
+    seen = found(fits)
+    info = fits["agent"]
+    assert seen["alloc"] == "ok" and seen["write"].startswith("OSError: [Errno 27] File too large"), seen
+    assert seen["env"] == {"TZ": "UTC", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0", "SUITE_SEED": "7"}
+    assert info["envelope"] == seen["env"]
+    assert {k: info["limits"][k] for k in limits} == limits
+    used = info["used"]
+    assert used["cpu_s"] >= 0.02 and used["wall_s"] > 0 and used["peak_memory_mb"] >= 16, used
+    print(f"\nlimits enforced by: {info['limits']['enforced_by']}; used {used}")
+    if info["limits"]["enforced_by"].startswith("cgroup"):
+        over = by["over"]
+        assert over["failure_mode"] == "runtime_error" and over["error"]["message"].startswith("command: exit code"), over

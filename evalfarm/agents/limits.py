@@ -6,7 +6,8 @@ of their own, under this process's: ``memory_mb`` and ``pids`` are enforced for 
 its peak memory is read from the cgroup. Always, ``prlimit`` sets per-process rlimits: ``cpu_s``
 (RLIMIT_CPU), ``file_mb`` (RLIMIT_FSIZE) and no core dumps. Without a writable cgroup, memory and
 pids are not enforced (``enforced_by`` says so) and the peak memory is the largest process's RSS.
-CPU seconds come from ``wait4`` (the task's whole process tree, reaped by the jail's PID 1).
+CPU seconds come from the cgroup (v2 ``cpu.stat``, v1 ``cpuacct``), else from ``wait4`` (what the
+task's processes reaped: bwrap's own PID 1 does not pass its children's time up, so this undercounts).
 """
 from __future__ import annotations
 
@@ -87,6 +88,14 @@ class TaskLimits:
                 except OSError:
                     pass
                 (gp / "pids.max").write_text(str(self.pids))
+                cpu = _own("cpuacct")
+                if cpu is not None and (ROOT / "cpuacct").is_dir():
+                    gc = ROOT / "cpuacct" / cpu.lstrip("/") / tag
+                    try:
+                        gc.mkdir()
+                        self.groups.append(gc)
+                    except OSError:
+                        pass
                 self.kind = "cgroup v1"
         except OSError:
             self.close()
@@ -122,6 +131,20 @@ class TaskLimits:
         if peak is not None:
             return round(peak / 2**20, 1)
         return round(rusage.ru_maxrss / 1024, 1) if rusage is not None else None
+
+    def cpu_used(self) -> float | None:
+        """CPU seconds of every process the task's cgroup held (None without one)."""
+        if self.kind == "cgroup v2":
+            for g in self.groups:
+                try:
+                    for line in (g / "cpu.stat").read_text().splitlines():
+                        if line.startswith("usage_usec "):
+                            return round(int(line.split()[1]) / 1e6, 3)
+                except OSError:
+                    pass
+            return None
+        ns = self._read("cpuacct.usage")
+        return round(ns / 1e9, 3) if ns is not None else None
 
     def pids_peak(self) -> int | None:
         return self._read("pids.peak")

@@ -167,6 +167,8 @@ def run_agent(driver: Driver, request: AgentRequest, workdir: Path, scratch: Scr
     if limits is not None:
         leftovers += limits.kill_all()
     cpu = round(rusage.ru_utime + rusage.ru_stime, 3) if rusage else None
+    if limits is not None and limits.cpu_used() is not None:
+        cpu = limits.cpu_used()
     peak = limits.peak_memory_mb(rusage or None) if limits is not None else (
         round(rusage.ru_maxrss / 1024, 1) if rusage else None)
     usage, error = None, None
