@@ -277,8 +277,11 @@ class TaskRelay:
 
     def connect(self) -> http.client.HTTPConnection:
         if self._ctx is not None:
-            return http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout_s, context=self._ctx)
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+            conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout_s, context=self._ctx)
+        else:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+        conn.connect()
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conn
 
     def close(self) -> None:
@@ -297,4 +300,4 @@ class TaskRelay:
         return {**self.counts.as_dict(), "max_tokens": self.max_tokens}
 
 
-__all__ = ["TaskRelay", "new_token", "usage_of", "socket"]
+__all__ = ["TaskRelay", "new_token", "usage_of"]

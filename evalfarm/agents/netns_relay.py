@@ -55,6 +55,7 @@ def pipe(src: socket.socket, dst: socket.socket) -> None:
 def serve(listener: socket.socket, path: str) -> None:
     while True:
         conn, _ = listener.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle wait on a reply's small writes
         try:
             upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             upstream.connect(path)
