@@ -11,24 +11,23 @@ and, in its key variable, a per-task token. For each request the relay
 - forwards it to the adapter's real ``base_url`` with the token swapped for the real key (the adapter
   checked that host against ``EVALFARM_ENDPOINT_ALLOW`` before the task started: the relay forwards
   nowhere else), ``Accept-Encoding: identity`` so the reply can be read;
-- streams the reply back (chunked) as it arrives, and counts the tokens the reply reports (OpenAI
+- streams the reply back as it arrives (aiohttp, one event loop per relay), and counts the tokens the reply reports (OpenAI
   chat and Responses, Anthropic Messages, Gemini; streamed or not), beside the agent's own account.
 """
 from __future__ import annotations
 
-import http.client
+import asyncio
 import json
 import os
 import secrets
-import socket
-import socketserver
-import ssl
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiohttp import web
 
 HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
        "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding"}
@@ -125,179 +124,128 @@ class _Meter:
         return self.tin, self.tout
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: "_Server"
-
-    def log_message(self, *args: Any) -> None:  # noqa: D401 (no access log on stderr)
-        pass
-
-    def address_string(self) -> str:
-        return "jail"
-
-    def _reply(self, status: int, message: str) -> None:
-        body = json.dumps({"error": {"message": message, "type": "evalfarm_relay", "code": status}}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _body(self) -> bytes:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            out = bytearray()
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
-                    return bytes(out)
-                out += self.rfile.read(size)
-                self.rfile.readline()
-        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
-    def _relay(self) -> None:
-        relay: TaskRelay = self.server.relay
-        body = self._body()
-        parts = urlsplit(self.path)
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        tok = relay.token
-        authed = any(tok in (self.headers.get(h) or "") for h in KEY_HEADERS) or any(v == tok for k, v in query if k == "key")
-        with relay.counts.lock:
-            relay.counts.requests += 1
-            if not authed:
-                relay.counts.refused += 1
-            capped = authed and relay.max_tokens is not None and \
-                relay.counts.input_tokens + relay.counts.output_tokens >= relay.max_tokens
-            if capped:
-                relay.counts.capped += 1
-        if not authed:
-            self.close_connection = True
-            return self._reply(401, "evalfarm relay: wrong or missing per-task token")
-        if capped:
-            return self._reply(429, f"evalfarm relay: this task used its max_tokens_per_task ({relay.max_tokens})")
-        headers = {}
-        for name, value in self.headers.items():
-            low = name.lower()
-            if low in HOP:
-                continue
-            if low in KEY_HEADERS and tok in value:
-                if relay.real_key is None:
-                    continue
-                value = value.replace(tok, relay.real_key)
-            headers[name] = value
-        headers["Host"] = relay.netloc
-        headers["Accept-Encoding"] = "identity"
-        if body or self.command in ("POST", "PUT", "PATCH"):
-            headers["Content-Length"] = str(len(body))
-        query = [(k, relay.real_key or "" if k == "key" and v == tok else v) for k, v in query]
-        path = urlunsplit(("", "", parts.path, urlencode(query), ""))
-        try:
-            resp = self._upstream(relay, path, body, headers)
-        except (OSError, http.client.HTTPException) as exc:
-            with relay.counts.lock:
-                relay.counts.upstream_errors += 1
-            return self._reply(502, f"evalfarm relay: the model endpoint did not answer ({type(exc).__name__})")
-        self.send_response_only(resp.status, resp.reason)
-        for name, value in resp.getheaders():
-            if name.lower() not in HOP:
-                self.send_header(name, value)
-        meter = _Meter(resp.getheader("Content-Type") or "")
-        if self.command == "HEAD" or resp.status in (204, 304) or resp.status < 200:
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            resp.read()
-        else:
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            try:
-                while chunk := resp.read1(65536):
-                    meter.feed(chunk)
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    self.wfile.flush()
-                self.wfile.write(b"0\r\n\r\n")
-            finally:
-                tin, tout = meter.done()
-                with relay.counts.lock:
-                    relay.counts.input_tokens += tin
-                    relay.counts.output_tokens += tout
-        if resp.will_close:
-            self._conn = None
-
-    def _upstream(self, relay: "TaskRelay", path: str, body: bytes, headers: dict[str, str]):
-        for attempt in (0, 1):
-            conn = getattr(self, "_conn", None)
-            fresh = conn is None
-            if fresh:
-                conn = self._conn = relay.connect()
-            try:
-                conn.request(self.command, path, body=body or None, headers=headers)
-                return conn.getresponse()
-            except (OSError, http.client.HTTPException):
-                conn.close()
-                self._conn = None
-                if fresh or attempt:  # a kept-alive connection the server closed: once more on a new one
-                    raise
-        raise OSError("unreachable")
-
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _relay
-
-
-class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-    relay: "TaskRelay"
-
-
 class TaskRelay:
-    """One task's relay: ``start``, hand ``token`` and the socket to the jail, ``close`` at the end."""
+    """One task's relay: made with its socket, ``token`` handed to the jail, ``close`` at the end. It serves
+    on an aiohttp event loop in a thread of its own (one loop for every connection: no thread per request)."""
 
     def __init__(self, sock_path: Path, base_url: str, real_key: str | None, max_tokens: int | None = None,
                  timeout_s: float = 600.0) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"base_url {base_url!r}: the relay forwards to an http(s) URL only")
-        self.scheme, self.host = parts.scheme, parts.hostname
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.netloc = parts.netloc.rsplit("@", 1)[-1]
+        self.origin = f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}"
         self.base_path = parts.path.rstrip("/")
         self.real_key, self.max_tokens, self.timeout_s = real_key, max_tokens, timeout_s
         self.token = new_token()
         self.counts = Counts()
         self.path = Path(sock_path)
-        self._server = _Server(str(self.path), _Handler)
-        self._server.relay = self
-        os.chmod(self.path, 0o666)  # the jail's user (root or a mapped uid) connects
-        self._ctx = ssl.create_default_context() if self.scheme == "https" else None
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
-                                        name="evalfarm-model-relay", daemon=True)
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="evalfarm-model-relay", daemon=True)
         self._thread.start()
+        self._ready.wait(30)
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._start())
+        except BaseException as exc:  # noqa: BLE001 (handed to the constructor)
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.timeout_s),
+            auto_decompress=False)
+        app = web.Application(client_max_size=256 * 2**20)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        await web.UnixSite(self._runner, str(self.path)).start()
+        os.chmod(self.path, 0o666)  # the jail's user (root, or a mapped uid) connects
+
+    def _authed(self, request: "web.Request") -> bool:
+        tok = self.token
+        return any(tok in (request.headers.get(h) or "") for h in KEY_HEADERS) or request.query.get("key") == tok
+
+    @staticmethod
+    def _error_reply(status: int, message: str) -> "web.Response":
+        return web.json_response({"error": {"message": message, "type": "evalfarm_relay", "code": status}},
+                                 status=status)
+
+    async def _handle(self, request: "web.Request") -> "web.StreamResponse":
+        c, tok = self.counts, self.token
+        authed = self._authed(request)
+        c.requests += 1  # one event loop: no lock needed against itself (readers take the figures after close)
+        if not authed:
+            c.refused += 1
+            return self._error_reply(401, "evalfarm relay: wrong or missing per-task token")
+        if self.max_tokens is not None and c.input_tokens + c.output_tokens >= self.max_tokens:
+            c.capped += 1
+            return self._error_reply(429, f"evalfarm relay: this task used its max_tokens_per_task ({self.max_tokens})")
+        headers = {}
+        for name, value in request.headers.items():
+            low = name.lower()
+            if low in HOP:
+                continue
+            if low in KEY_HEADERS and tok in value:
+                if self.real_key is None:
+                    continue
+                value = value.replace(tok, self.real_key)
+            headers[name] = value
+        headers["Accept-Encoding"] = "identity"
+        query = [(k, (self.real_key or "") if k == "key" and v == tok else v) for k, v in request.query.items()]
+        body = await request.read()
+        url = self.origin + request.rel_url.path
+        try:
+            upstream = await self._session.request(request.method, url, params=query or None, data=body or None,
+                                                   headers=headers, allow_redirects=False)
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            c.upstream_errors += 1
+            return self._error_reply(502, f"evalfarm relay: the model endpoint did not answer ({type(exc).__name__})")
+        async with upstream:
+            reply = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            for name, value in upstream.headers.items():
+                if name.lower() not in HOP and name.lower() != "content-encoding":
+                    reply.headers.add(name, value)
+            if upstream.headers.get("Content-Encoding"):
+                reply.headers["Content-Encoding"] = upstream.headers["Content-Encoding"]
+            meter = _Meter(upstream.headers.get("Content-Type") or "")
+            await reply.prepare(request)
+            try:
+                async for chunk in upstream.content.iter_any():
+                    meter.feed(chunk)
+                    await reply.write(chunk)
+                await reply.write_eof()
+            finally:
+                tin, tout = meter.done()
+                c.input_tokens += tin
+                c.output_tokens += tout
+            return reply
 
     def inside_url(self, port: int) -> str:
         return f"http://127.0.0.1:{port}{self.base_path}"
 
-    def connect(self) -> http.client.HTTPConnection:
-        if self._ctx is not None:
-            conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout_s, context=self._ctx)
-        else:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
-        conn.connect()
-        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn
-
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        async def stop() -> None:
+            await self._runner.cleanup()
+            await self._session.close()
+
+        if self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(30)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
         try:
             self.path.unlink()
         except OSError:
             pass
 
-    def over_cap(self) -> bool:
-        return self.max_tokens is not None and (self.counts.capped > 0 or
-                                                self.counts.input_tokens + self.counts.output_tokens > self.max_tokens)
-
     def as_dict(self) -> dict[str, Any]:
         return {**self.counts.as_dict(), "max_tokens": self.max_tokens}
-
-
-__all__ = ["TaskRelay", "new_token", "usage_of"]
