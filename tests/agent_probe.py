@@ -8,6 +8,7 @@ attack REDIS_PORT WORKER_HOME BASE_REPO   everything an attacker tries: every vi
         visible network namespace, unshare, mount, its capabilities, one model call with the key it
         holds; edits hello.py
 git-plant MARKER   writes core.fsmonitor / a filter / a hook into the git dir its worktree uses
+calls N            N model calls; their statuses
 setsid TOKEN       starts `setsid sleep 300` (TOKEN in its argv) and exits at once
 peek SECONDS       lists every sandbox dir next to its own and its worktree, after SECONDS
 hog "MB FILE_MB"    allocates MB MiB, then writes FILE_MB MiB into a file; reports what failed and its envelope
@@ -145,6 +146,9 @@ def main() -> int:
         here = Path.cwd()
         found = {"me": str(here), "siblings": sorted(glob.glob(str(here.parent.parent) + "/evalfarm-spawn-*")),
                  "worktrees": sorted(glob.glob(str(here.parent.parent) + "/evalfarm-spawn-*/wt-*"))}
+    elif mode == "calls":
+        url = os.environ.get("EVALFARM_MODEL_BASE_URL") or base_url
+        found = {"statuses": [model_call(url, os.environ.get(key_var, ""))["status"] for _ in range(int(args[0]))]}
     elif mode == "hog":
         mb, file_mb = (args[0].split() if len(args) == 1 else args)[:2]
         found = hog(int(mb), int(file_mb))

@@ -281,3 +281,21 @@ def test_limits_hold_and_the_outcome_records_them_with_use_and_the_envelope(tmp_
     if info["limits"]["enforced_by"].startswith("cgroup"):
         over = by["over"]
         assert over["failure_mode"] == "runtime_error" and over["error"]["message"].startswith("command: exit code"), over
+
+
+def test_max_tokens_per_task_is_enforced_at_the_relay(tmp_path):
+    """16 tokens a call, a cap of 20: the second call still goes (16 < 20), the third is refused at the relay
+    and never reaches the server; the item is a runtime error naming the cap."""
+    model = LoggingModel()
+    try:
+        repo = make_repo(tmp_path / "repo")
+        spec = write(tmp_path / "s.yaml", repo, probe_adapter("calls", "3", url=model.url), max_tokens_per_task=20)
+        res = run_cli("run", str(spec), "--json", "--no-save", cwd=tmp_path, timeout=120, EVAL_API_KEY=REAL_KEY,
+                      **spawn_env(tmp_path))
+        [out] = report_of(res)["outcomes"]
+    finally:
+        model.stop()
+    assert len(model.seen) == 2
+    assert out["failure_mode"] == "runtime_error" and "max_tokens_per_task (20)" in out["error"]["message"], out
+    relay = out["agent"]["relay"]
+    assert (relay["requests"], relay["capped"], relay["input_tokens"], relay["output_tokens"]) == (3, 1, 22, 10)
