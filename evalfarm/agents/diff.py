@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import safegit
+from .safegit import argv as git_argv, env as git_env_of
 from .errors import AgentOutputError
 
 MAX_PATCH = 64 * 1024 * 1024
@@ -40,8 +40,8 @@ class Diff:
 
 
 def _git(worktree: Path, *args: str, stdin: bytes | None = None, git_env: dict[str, str] | None = None) -> bytes:
-    done = subprocess.run(safegit.argv("-c", "core.quotepath=off", "-C", str(worktree), *args), input=stdin,
-                          capture_output=True, timeout=300, env=safegit.env(extra=git_env))
+    done = subprocess.run(git_argv("-c", "core.quotepath=off", "-C", str(worktree), *args), input=stdin,
+                          capture_output=True, timeout=300, env=git_env_of(extra=git_env))
     if done.returncode != 0:
         reason = done.stderr.decode(errors="replace").strip().splitlines()
         raise AgentOutputError(f"git {args[0]} in the worktree failed: {reason[-1] if reason else done.returncode}")

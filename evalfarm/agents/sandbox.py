@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from . import safegit
+from .safegit import NO_DRIVERS, harness_env, objects_dir, run as git_run
 from .base import Scratch
 from .errors import SandboxError
 
@@ -77,7 +77,7 @@ def _repo_lock(repo: Path) -> Iterator[None]:
 
 def _git(repo: Path, *args: str, attempts: int = 4) -> subprocess.CompletedProcess:
     def once() -> subprocess.CompletedProcess:
-        return safegit.run("-C", str(repo), *args)
+        return git_run("-C", str(repo), *args)
 
     if args[:1] != ("worktree",):
         return once()
@@ -120,7 +120,7 @@ class Sandbox:
 
     @property
     def harness_git(self) -> dict[str, str]:
-        return safegit.harness_env(self.harness / "git", self.worktree, self.harness / "index")
+        return harness_env(self.harness / "git", self.worktree, self.harness / "index")
 
     def remove(self) -> None:
         """Idempotent: the checkout, its own .git and the whole scratch root go."""
@@ -143,34 +143,34 @@ def create(repo: Path, base: str, parent: Path | None = None) -> Sandbox:
                  "start": _start_time(os.getpid()), "created": time.time()}
         (root / MARKER).write_text(json.dumps(owner), encoding="utf-8")
         worktree = root / f"wt-{root.name[len(PREFIX):]}"
-        done = safegit.run("-C", str(repo), "rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}")
+        done = git_run("-C", str(repo), "rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}")
         commit = done.stdout.strip()
         if done.returncode != 0 or not commit:
             if done.returncode == 0 or not done.stderr.strip():
                 done = subprocess.CompletedProcess(done.args, 1, "", f"fatal: invalid reference: {base}")
             raise _fail(repo, base, done)
-        objects = safegit.objects_dir(repo)
+        objects = objects_dir(repo)
         # a git dir of its own (``git init``, no template: no sample hooks), the repo's objects through
         # alternates, HEAD detached at the base: what ``clone --shared`` gives, without its walk of
         # every object (0.5 s on 1,000 files)
-        done = safegit.run("init", "--quiet", "--template=", str(worktree))
+        done = git_run("init", "--quiet", "--template=", str(worktree))
         if done.returncode != 0:
             raise _fail(repo, base, done)
         git_dir = worktree / ".git"
         (git_dir / "info").mkdir(exist_ok=True)
-        (git_dir / "info" / "attributes").write_text(safegit.NO_DRIVERS, encoding="utf-8")
+        (git_dir / "info" / "attributes").write_text(NO_DRIVERS, encoding="utf-8")
         (git_dir / "objects" / "info").mkdir(parents=True, exist_ok=True)
         (git_dir / "objects" / "info" / "alternates").write_text(f"{objects}\n" if objects else "", encoding="utf-8")
         (git_dir / "HEAD").write_text(commit + "\n", encoding="utf-8")
-        done = safegit.run("-C", str(worktree), "read-tree", "--reset", "-u", commit)
+        done = git_run("-C", str(worktree), "read-tree", "--reset", "-u", commit)
         if done.returncode != 0:
             raise _fail(repo, base, done)
         harness = root / "harness"
-        done = safegit.run("init", "--quiet", "--bare", "--template=", str(harness / "git"))
+        done = git_run("init", "--quiet", "--bare", "--template=", str(harness / "git"))
         if done.returncode != 0:
             raise _fail(repo, base, done)
         (harness / "git" / "info").mkdir(exist_ok=True)
-        (harness / "git" / "info" / "attributes").write_text(safegit.NO_DRIVERS, encoding="utf-8")
+        (harness / "git" / "info" / "attributes").write_text(NO_DRIVERS, encoding="utf-8")
         (harness / "git" / "objects" / "info").mkdir(parents=True, exist_ok=True)
         (harness / "git" / "objects" / "info" / "alternates").write_text(
             f"{objects}\n" if objects else "", encoding="utf-8")
