@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# test processes (pytest-xdist); the tests mostly wait on real servers and subprocesses: 4 fit 2 cores
+TEST_WORKERS ?= 4
 
 .PHONY: demo test bench venv clean redis-server bubblewrap agents agents-all test-agents
 
@@ -27,7 +29,7 @@ test: venv agents
 	@command -v bwrap >/dev/null 2>&1 || $(MAKE) --no-print-directory bubblewrap
 	@command -v chromium >/dev/null 2>&1 || $(MAKE) --no-print-directory chromium
 	@command -v promtool >/dev/null 2>&1 || $(MAKE) --no-print-directory promtool
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 # The tests start their own redis-server processes; a fresh Debian machine has none.
 redis-server:

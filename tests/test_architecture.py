@@ -1,5 +1,7 @@
-"""The layout is the architecture: no import cycle, and the core (spec, core, engine) reaches nothing of
-the farm (backends, Celery, kombu, Redis). Checked on the real import graph, statically and at run time."""
+"""The layout is the architecture: arrows between packages point down only (the table below is the
+picture in the README's layout section), only ``runs/`` reaches the executors, no import cycle, and the
+core (spec, core, engine) reaches nothing of the farm (executors, Celery, kombu, Redis). Checked on the
+real import graph (function-level imports counted), statically and at run time."""
 from __future__ import annotations
 
 import ast
@@ -12,6 +14,30 @@ from conftest import ROOT, env_for
 
 PKG = ROOT / "evalfarm"
 CORE = ("evalfarm.spec", "evalfarm.core", "evalfarm.engine", "evalfarm.stats")
+BASE = "base"  # the top-level modules every package may use: errors, names, redact, perms, canonical, envvars, logs
+# Which packages each package may import, besides itself and the base modules: a layer sees only what is
+# below it. Top to bottom: the command line; the tools that read runs (the dashboard, interop, the
+# selftest); the A/B harness; CI on stored runs; runs/ (a run's life, the only caller of the executors);
+# the executors; agents and providers (what an item calls); the engine; core and stats; the spec.
+ALLOWED: dict[str, set[str]] = {
+    "cli": {"dashboard", "interop", "selftest", "ab", "ci", "runs", "agents", "providers", "mock", "engine", "core",
+            "stats", "spec"},
+    "dashboard": {"ab", "ci", "runs", "core", "stats", "spec"},
+    "interop": {"runs", "engine", "core", "spec"},
+    "selftest": {"ci", "runs", "providers", "engine", "core", "spec"},
+    "ab": {"runs", "agents", "engine", "core", "stats", "spec"},
+    "ci": {"runs", "engine", "core", "stats", "spec"},
+    "runs": {"executors", "agents", "providers", "engine", "core", "spec"},
+    "executors": {"agents", "providers", "engine", "core", "spec"},
+    "agents": {"providers", "engine", "core", "spec"},
+    "providers": {"engine", "core", "spec"},
+    "mock": set(),
+    "engine": {"core", "spec"},
+    "stats": set(),
+    "core": {"spec"},
+    "spec": set(),
+    BASE: set(),
+}
 FARM = ("evalfarm.executors", "celery", "kombu", "redis")
 
 
@@ -60,6 +86,49 @@ def cycle_in(graph: dict[str, set[str]]) -> list[str] | None:
         if m not in state and (cycle := visit(m, [m])):
             return cycle
     return None
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and (PKG / parts[1]).is_dir() else BASE
+
+
+def package_arrows() -> dict[tuple[str, str], list[str]]:
+    """(from package, to package) -> the module imports that draw that arrow, lazy ones included."""
+    mods = modules()
+    arrows: dict[tuple[str, str], list[str]] = {}
+    for m, p in mods.items():
+        for d in module_level_imports(m, p, set(mods), everywhere=True):
+            a, b = package_of(m), package_of(d)
+            if a != b:
+                arrows.setdefault((a, b), []).append(f"{m} -> {d}")
+    return arrows
+
+
+def test_every_package_is_in_the_table():
+    packages = {package_of(m) for m in modules()}
+    assert packages == set(ALLOWED), packages ^ set(ALLOWED)
+
+
+def test_arrows_point_down_only():
+    """Every import between packages (function-level ones too) is one the table allows: nothing below
+    reaches up (loading a spec runs no git, the core knows no farm, CI prints nothing of the CLI's)."""
+    arrows = package_arrows()
+    wrong = {f"{a} -> {b}": sorted(set(v))[:3] for (a, b), v in arrows.items() if b != BASE and b not in ALLOWED[a]}
+    assert not wrong, wrong
+    assert len(arrows) > 20  # the check ran over the real package
+
+
+def test_only_runs_reaches_the_executors():
+    """httpx lets the client alone choose the transport; here ``runs/`` alone chooses the executor."""
+    callers = {a for (a, b) in package_arrows() if b == "executors"}
+    assert callers == {"runs"}, callers
+
+
+def test_the_table_is_a_layering():
+    """The allowed arrows themselves have no cycle: the table is a picture of floors."""
+    graph = {k: set(v) for k, v in ALLOWED.items()}
+    assert cycle_in(graph) is None
 
 
 def test_no_import_cycle():

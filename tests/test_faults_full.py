@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import threading
 import time
 
 import redis
@@ -101,15 +102,26 @@ def test_redis_full_mid_run_workers_stay_and_run_finishes(tmp_path, redis_server
     run_id = wait_for(lambda: [x.decode() for x in r.zrange("ef:runs", 0, -1)]).pop()
     wait_for(lambda: counts(redis_server.url, run_id).get("done", 0) >= 300, every=0.02)
     squeeze(r)
-    time.sleep(12)
+    told: list[str] = []  # the coordinator's stderr, read as it comes
+    reader = threading.Thread(target=lambda: told.extend(iter(proc.stderr.readline, "")), daemon=True)
+    reader.start()
+
+    def logs() -> str:
+        return "".join(w.log.read_text() for w in workers)
+
+    wait_for(lambda: "infrastructure_error_retrying" in logs() and "out of memory" in logs(), 60,
+             "the workers to meet the full Redis")
+    wait_for(lambda: any("Redis is at its memory limit" in line for line in told), 60,
+             "the coordinator to say Redis is full")
     stuck = counts(redis_server.url, run_id)["done"]
     assert stuck < 2000
     assert [w.proc.poll() for w in workers] == [None, None]  # both workers are up
-    logs = "".join(w.log.read_text() for w in workers)
-    assert "Unrecoverable" not in logs
-    assert "infrastructure_error_retrying" in logs and "out of memory" in logs
+    assert "Unrecoverable" not in logs()
     r.config_set("maxmemory", 0)  # the operator makes room
-    out, err = proc.communicate(timeout=120)
+    out = proc.stdout.read()
+    proc.wait(120)
+    reader.join(30)
+    err = "".join(told)
     assert proc.returncode == 0, err[-2000:]
     assert "Redis is at its memory limit" in err and "Redis has room again" in err, err[-2000:]
     assert [w.proc.poll() for w in workers] == [None, None]

@@ -91,56 +91,10 @@ def still_running(run_id: str) -> None:
 def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str, metrics_port: int | None,
            no_events: bool, allow_unsandboxed: bool) -> None:
     """Start a worker consuming one pool's queues; it announces itself (a heartbeat key the dashboard reads)."""
+    from ..runs.farm import start_worker
 
-    from ..executors.celery import heartbeat  # noqa: F401  (connects the worker's heartbeat to Celery's signals)
-
-    from ..executors.celery.pools import POOLS
-    from ..executors.celery.settings import FarmSettings
-    from ..executors.celery.tasks import worker_app
-
-    if not broker:
-        raise EvalfarmError("a worker needs a broker: pass --broker redis://HOST:6379/0 "
-                            "or set EVALFARM_BROKER_URL")
-    spec = POOLS[pool]
-    from ..executors.finalize import run_ttl_s
-    from ..executors.celery.heartbeat import INTERVAL_S
-    from ..envvars import env_float
-
-    limit = env_float("EVALFARM_TASK_TIME_LIMIT", spec.soft_time_limit, 1, 7 * 86400)
-    run_ttl_s()  # bad settings stop the worker at its start, not at a run's end
-    env_float("EVALFARM_HEARTBEAT_S", INTERVAL_S, 0.1, 3600)
-    from ..runs.state import StateDir
-
-    blob_dir = str(StateDir.of().blobs.resolve())
-    settings = FarmSettings.from_env(broker_url=broker, time_limit_s=limit, blob_dir=blob_dir)
-    broker_of_queues = settings.broker_url
-    if pool == "spawn":  # its own broker (EVALFARM_SPAWN_BROKER_URL); dead runs' sandboxes pruned first
-        from ..executors.celery.spawn import spawn_broker_url, spawn_worker_app
-
-        broker_of_queues = spawn_broker_url(settings)
-    from ..executors.celery.preflight import check_worker_redis
-
-    check_worker_redis(settings, broker_of_queues)
-    if metrics_port is not None:
-        from ..executors.celery import metrics
-        from ..engine import observe
-
-        try:
-            metrics.start_metrics_server(metrics_port)
-        except OSError as exc:
-            raise EvalfarmError(f"--metrics-port {metrics_port}: cannot listen ({exc.strerror}); pick another port")
-        observe.install(metrics.PrometheusObserver())
-        metrics.sample_queues(broker_of_queues, {spec.name: spec.queues})
-    if pool == "spawn":
-        app = spawn_worker_app(settings, spec, allow_unsandboxed)
-    else:
-        app = worker_app(settings, pool=spec)
-    app.conf.worker_send_task_events = not no_events
-    # heartbeats on (Flower and `celery events` see the worker alive); no gossip (every worker would
-    # consume every other worker's events) and no mingle (a start-up round trip to the others)
-    app.worker_main(["worker", "-Q", ",".join(spec.queues), "-P", "threads",
-                     "-c", str(concurrency or spec.concurrency), "--loglevel", loglevel,
-                     "-n", f"{pool}-%i@%h", "--without-gossip", "--without-mingle"])
+    start_worker(pool, concurrency=concurrency, broker=broker, loglevel=loglevel, metrics_port=metrics_port,
+                 events=not no_events, allow_unsandboxed=allow_unsandboxed)
 
 
 @click.command()
@@ -159,8 +113,14 @@ def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
                                                          r["spec"], r["started_at"])))
         return
     meta = backend.meta(run_id)
-    p = backend.progress(run_id)
-    queued, in_hands = backend.open_items(run_id)  # not done, not awaiting the judge
+    # the counters and the broker are read one after the other while workers record items: read again
+    # until nothing moved between the two reads, so an item finishing in between is not shown "missing"
+    for _ in range(5):
+        before = backend.progress(run_id)
+        queued, in_hands = backend.open_items(run_id)  # not done, not awaiting the judge
+        p = backend.progress(run_id)
+        if (p.done, p.pending_judge) == (before.done, before.pending_judge):
+            break
     info = {"run_id": run_id, "spec": meta["spec"]["name"], "state": meta.get("state"), "total": p.total,
             "done": p.done, "errors": p.errors, "pending_judge": p.pending_judge, "queued": queued,
             "in_hands": in_hands, "in_broker": queued + in_hands,

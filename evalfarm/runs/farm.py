@@ -63,3 +63,57 @@ def check_redis_url(url: str | None, source: str) -> str | None:
     from ..executors.celery.settings import check_redis_url as check
 
     return check(url, source)
+
+
+def start_worker(pool: str, *, concurrency: int | None, broker: str | None, loglevel: str,
+                 metrics_port: int | None, events: bool, allow_unsandboxed: bool = False) -> None:
+    """Run a Celery worker on one pool's queues until it is stopped: the worker's settings checked
+    first (a bad broker or time limit is one line at start, not a traceback later), its heartbeat and
+    optional Prometheus endpoint on, the blob dir handed to it from the state dir's layout. A spawn
+    worker runs agents sandboxed only unless ``allow_unsandboxed`` (``--allow-unsandboxed``)."""
+
+    from ..envvars import env_float
+    from ..executors.celery import heartbeat  # noqa: F401  (connects the worker's heartbeat to Celery's signals)
+    from ..executors.celery.heartbeat import INTERVAL_S
+    from ..executors.celery.pools import POOLS
+    from ..executors.celery.preflight import check_worker_redis
+    from ..executors.celery.settings import FarmSettings
+    from ..executors.celery.tasks import worker_app
+    from ..executors.finalize import run_ttl_s
+    from .state import StateDir
+
+    if not broker:
+        raise EvalfarmError("a worker needs a broker: pass --broker redis://HOST:6379/0 "
+                            "or set EVALFARM_BROKER_URL")
+    spec = POOLS[pool]
+    limit = env_float("EVALFARM_TASK_TIME_LIMIT", spec.soft_time_limit, 1, 7 * 86400)
+    run_ttl_s()  # bad settings stop the worker at its start, not at a run's end
+    env_float("EVALFARM_HEARTBEAT_S", INTERVAL_S, 0.1, 3600)
+    blob_dir = str(StateDir.of().blobs.resolve())
+    settings = FarmSettings.from_env(broker_url=broker, time_limit_s=limit, blob_dir=blob_dir)
+    broker_of_queues = settings.broker_url
+    if pool == "spawn":  # its own broker (EVALFARM_SPAWN_BROKER_URL); dead runs' sandboxes pruned first
+        from ..executors.celery.spawn import spawn_broker_url, spawn_worker_app
+
+        broker_of_queues = spawn_broker_url(settings)
+    check_worker_redis(settings, broker_of_queues)
+    if metrics_port is not None:
+        from ..executors.celery import metrics
+        from ..engine import observe
+
+        try:
+            metrics.start_metrics_server(metrics_port)
+        except OSError as exc:
+            raise EvalfarmError(f"--metrics-port {metrics_port}: cannot listen ({exc.strerror}); pick another port")
+        observe.install(metrics.PrometheusObserver())
+        metrics.sample_queues(broker_of_queues, {spec.name: spec.queues})
+    if pool == "spawn":
+        app = spawn_worker_app(settings, spec, allow_unsandboxed)
+    else:
+        app = worker_app(settings, pool=spec)
+    app.conf.worker_send_task_events = events
+    # heartbeats on (Flower and `celery events` see the worker alive); no gossip (every worker would
+    # consume every other worker's events) and no mingle (a start-up round trip to the others)
+    app.worker_main(["worker", "-Q", ",".join(spec.queues), "-P", "threads",
+                     "-c", str(concurrency or spec.concurrency), "--loglevel", loglevel,
+                     "-n", f"{pool}-%i@%h", "--without-gossip", "--without-mingle"])
