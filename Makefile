@@ -7,16 +7,47 @@ TEST_WORKERS ?= 4
 
 .PHONY: demo test bench venv clean redis-server bubblewrap agents agents-all test-agents
 
-# the demo needs only the package; the tests add their extras on top
-$(BIN)/.installed-run: pyproject.toml
+# the demo needs only the package; the tests add their extras on top. Both install the exact versions of
+# the lock files (hashes checked), then the package itself without dependencies; compileall because these
+# machines set PYTHONDONTWRITEBYTECODE=1 (every command would compile evalfarm again: ~0.2 s)
+$(BIN)/.installed-run: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q --require-hashes -r requirements.lock
+	$(BIN)/python -m pip install -q --no-deps -e .
+	$(BIN)/python -m compileall -q evalfarm
 	touch $@
 
-$(BIN)/.installed: $(BIN)/.installed-run
-	$(BIN)/python -m pip install -q -e '.[test]'
+$(BIN)/.installed: $(BIN)/.installed-run requirements-test.lock
+	$(BIN)/python -m pip install -q --require-hashes -r requirements-test.lock
+	$(BIN)/python -m pip install -q --no-deps -e .
+	$(BIN)/python -m compileall -q evalfarm
 	touch $@
+
+# Refresh the lock files from pyproject's ranges (uv in a throwaway tool venv; plain pip installs the result)
+LOCK_VENV := .venv-lock
+UV_VERSION ?= 0.13.8
+.PHONY: lock test-latest
+lock:
+	[ -x $(LOCK_VENV)/bin/uv ] || { $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install -q uv==$(UV_VERSION); }
+	$(LOCK_VENV)/bin/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_28 -q -o requirements.lock
+	$(LOCK_VENV)/bin/uv pip compile pyproject.toml --extra test --generate-hashes --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_28 -q -o requirements-test.lock
+
+# The newest versions pyproject allows, in a venv of their own, through the farm tests: a scheduled CI job
+# calls this, so the next redis-py or Celery change is caught here, not by a user
+LATEST_VENV := .venv-latest
+FARM_TESTS := tests/test_farm.py tests/test_fleet.py tests/test_fleet_leases.py tests/test_spend_records.py \
+  tests/test_metrics_bounded.py tests/test_pool_all.py
+test-latest:
+	rm -rf $(LATEST_VENV)
+	$(PYTHON) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install -q --upgrade pip
+	$(LATEST_VENV)/bin/python -m pip install -q --upgrade --upgrade-strategy eager -e '.[test]'
+	$(LATEST_VENV)/bin/python -m compileall -q evalfarm
+	$(LATEST_VENV)/bin/python -m pip list 2>/dev/null | grep -iE '^(celery|kombu|redis|pydantic|httpx|aiohttp) '
+	$(LATEST_VENV)/bin/python -m pytest -q $(FARM_TESTS)
 
 venv: $(BIN)/.installed
 
@@ -61,7 +92,7 @@ bench-stats: $(BIN)/.installed-run
 	$(BIN)/python bench/stats_sim.py
 
 clean:
-	rm -rf $(VENV) .evalfarm .pytest_cache
+	rm -rf $(VENV) $(LATEST_VENV) $(LOCK_VENV) .evalfarm .pytest_cache
 
 # The dashboard tests (tests/test_dashboard_*.py) drive Debian's chromium through Playwright;
 # Playwright never downloads a browser here (no `playwright install`).

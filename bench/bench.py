@@ -69,6 +69,7 @@ def start_worker(args: list[str], env: dict[str, str], ready: bytes = b"ready.",
     checkout must not start in this one."""
     log = tempfile.NamedTemporaryFile(prefix="bench-worker-", suffix=".log", delete=False)
     proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd)
+    proc.log_path = log.name  # the worker's log: bench/whole.py counts limiter errors in it
     deadline = time.time() + 60
     while time.time() < deadline:
         if ready in Path(log.name).read_bytes():

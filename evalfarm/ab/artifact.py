@@ -17,7 +17,7 @@ from typing import Any
 from ..canonical import canonical_json, sha256_hex
 from ..errors import UsageError
 from ..perms import make_dir
-from . import compare
+from . import compare, sequential
 
 SCHEMA = "evalfarm.ab_comparison/1"
 EVENT = "eval.ab_comparison"
@@ -45,8 +45,13 @@ def build(header: dict[str, Any], rows_by_arm: dict[str, list[tuple[str, dict[st
     honest = next(c for c in comparisons if c["honest"])
     ha, hb = honest["a"], honest["b"]
     out = {k: header[k] for k in HEADER_KEYS}
-    out.update(arms=arms, comparisons=comparisons, parameters=parameters,
-               verdict={"a": ha, "b": hb,
+    out.update(arms=arms, comparisons=comparisons, parameters=parameters)
+    if "sequential" in header:  # rounds until the anytime-valid test decided: its decision is the verdict
+        seq = sequential.block(header["sequential"], rows_only[ha], rows_only[hb], len(header["arm_order"]))
+        out.update(sequential=seq, verdict={"a": ha, "b": hb, **sequential.verdict(
+            ha, arms[ha], hb, arms[hb], honest["deltas"], seq)})
+        return out
+    out.update(verdict={"a": ha, "b": hb,
                         **compare.verdict(ha, arms[ha], hb, arms[hb], honest["deltas"],
                                           parameters.get("noninferiority_margin"),
                                           None if legacy else (rows_only[ha], rows_only[hb]))})
@@ -57,6 +62,8 @@ def header_of(artifact: dict[str, Any]) -> dict[str, Any]:
     header = {k: artifact[k] for k in HEADER_KEYS}
     header["arms"] = {name: {"profile": a["profile"], "role": a["role"], "addendum_sha256": a["addendum_sha256"]}
                       for name, a in artifact["arms"].items()}
+    if "sequential" in artifact:
+        header["sequential"] = sequential.design_of(artifact["sequential"])
     return header
 
 
@@ -149,6 +156,10 @@ def shape_problem(art: dict[str, Any]) -> str | None:
         return "executor: expected an object with kind"
     if not isinstance(verdict, dict) or not all(_str_or_none(verdict.get(k)) for k in ("a", "b", "result", "winner")):
         return "verdict: expected an object with a, b, result and winner"
+    if "sequential" in art:
+        problem = sequential.shape_problem(art["sequential"])
+        if problem:
+            return problem
     params = art.get("parameters")
     margin = params.get("noninferiority_margin") if isinstance(params, dict) else None
     if params is not None and (not isinstance(params, dict) or not (
@@ -172,6 +183,9 @@ def row_problem(row: dict[str, Any]) -> str | None:
         return "cost_usd is not a number"
     if row.get("passed") is not None and not isinstance(row["passed"], bool):
         return "passed is not true/false"
+    trial = row.get("trial")
+    if trial is not None and (not isinstance(trial, int) or isinstance(trial, bool) or trial < 0):
+        return "trial is not a whole number"
     return None
 
 

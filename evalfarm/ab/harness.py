@@ -6,8 +6,9 @@ id, where the artifact goes), so the caller can estimate its cost before anythin
 """
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -21,7 +22,7 @@ from ..spec.source import PromptSource
 from ..spec.sourcemap import line_for, load_yaml, read_text
 from ..spec.suite import SpawnTask
 from . import artifact as artifact_mod
-from . import audit, compare, pair_index, references
+from . import audit, compare, pair_index, references, sequential
 from ..runs.state import StateDir
 from ..runs import ledger as ledger_mod
 from .executors import ArmExecutor, ArmRun
@@ -41,13 +42,16 @@ class Execution:
     timeout_s: float | None = None  # farm: give up waiting after this long (the run goes on)
 
 
-def run_arms(spec: EvalSpec, trials: int, how: Execution, adapters: dict[str, Any] | None = None
-             ) -> tuple[str, Iterable[dict[str, Any]]]:
+def run_arms(spec: EvalSpec, trials: int, how: Execution, adapters: dict[str, Any] | None = None,
+             first_trial: int = 0) -> tuple[str, Iterable[dict[str, Any]]]:
     """Run the arms' items like any run; (run id, its outcomes streamed in plan order). A partial run
-    (budget, Ctrl-C) compares nothing: it raises instead of returning outcomes."""
-    options = {"budget_usd": how.budget_usd} if how.budget_usd is not None else None
+    (budget, Ctrl-C) compares nothing: it raises instead of returning outcomes. ``first_trial``: the
+    index of the first trial (a sequential round r runs trial r)."""
+    options: dict[str, Any] = {"budget_usd": how.budget_usd} if how.budget_usd is not None else {}
+    if first_trial:
+        options["first_trial"] = first_trial
     source = PromptSource(inline=tuple(spec.prompts), count=len(spec.prompts))
-    run = start(spec, source, how.target, trials=trials, options=options, adapters=adapters,
+    run = start(spec, source, how.target, trials=trials, options=options or None, adapters=adapters,
                 on_progress=how.on_progress)
     try:
         run.wait(how.on_progress, how.timeout_s)
@@ -157,7 +161,10 @@ def run_suite(*, suite_path: Path, arm_a: str, arm_b: str, arms: int = 2, trials
 
 def prepare_suite(*, suite_path: Path, arm_a: str, arm_b: str, arms: int = 2, trials: int = 1,
                   executor: ArmExecutor, role: str = "backend", ledger: Path | None = None,
-                  reports_dir: Path | None = None, audit_dir: Path | None = None) -> PreparedSuite:
+                  reports_dir: Path | None = None, audit_dir: Path | None = None,
+                  sequential: dict[str, Any] | None = None) -> PreparedSuite:
+    """``sequential``: a sequential design (``ab.sequential.design``); ``trials`` is then its most trials
+    per task, and the artifact's ``trials`` the rounds run."""
     suite = executor.load_suite(suite_path)
     reports_dir = Path(reports_dir) if reports_dir else StateDir.of().ab_reports
     audit_dir = Path(audit_dir) if audit_dir else StateDir.of().audit
@@ -173,6 +180,8 @@ def prepare_suite(*, suite_path: Path, arm_a: str, arm_b: str, arms: int = 2, tr
         "arms": {a.name: {"profile": a.profile.name, "role": a.role, "addendum_sha256": a.profile.addendum_sha256}
                  for a in suite_arms},
     }
+    if sequential is not None:
+        header["sequential"] = sequential
     plan_id = content_key({k: v for k, v in header.items() if k != "plan"})
     header["plan"] = plan_id
     spec = EvalSpec(name=f"ab-{suite.name}", lineage_tag=f"ab:{plan_id[:12]}", adapters=[executor.adapter()],
@@ -185,10 +194,15 @@ def prepare_suite(*, suite_path: Path, arm_a: str, arm_b: str, arms: int = 2, tr
 def run_prepared(p: PreparedSuite, how: Execution = Execution(),
                  before_emit: Callable[[bytes], None] | None = None) -> SuiteResult:
     """Run the arms, anchor their rows in the ledger, build the artifact, append the audit event, publish."""
-    suite, executor, suite_arms, pairs, header, plan_id = p.suite, p.executor, p.suite_arms, p.pairs, p.header, p.plan_id
-    trials, ledger, reports_dir, audit_dir = p.trials, p.ledger, p.reports_dir, p.audit_dir
-    run_id, outcomes = run_arms(p.spec, trials, how, executor.built_adapters())
+    runs = _collect(p, how, p.trials)
+    return publish(p, p.header, _anchor(p, runs), before_emit)
 
+
+def _collect(p: PreparedSuite, how: Execution, trials: int, first_trial: int = 0) -> list[ArmRun]:
+    """One submission of every (arm, task) x ``trials`` trials from ``first_trial``: its runs in
+    artifact order (arm, task, trial)."""
+    suite, executor, suite_arms = p.suite, p.executor, p.suite_arms
+    run_id, outcomes = run_arms(p.spec, trials, how, executor.built_adapters(), first_trial)
     order = {a.name: i for i, a in enumerate(suite_arms)}
     task_order = {t.id: i for i, t in enumerate(suite.tasks)}
     prof = {a.name: a.profile.name for a in suite_arms}
@@ -203,10 +217,23 @@ def run_prepared(p: PreparedSuite, how: Execution = Execution(),
     expected = len(suite_arms) * len(suite.tasks) * trials
     if len(runs) != expected:
         raise UsageError(f"the farm returned {len(runs)} results for {expected} items")
-    anchored = executor.anchor(runs, ledger, plan_id)
-    rows_by_arm: dict[str, list[tuple[str, dict[str, Any]]]] = {a.name: [] for a in suite_arms}
+    return runs
+
+
+def _anchor(p: PreparedSuite, runs: list[ArmRun]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """One ledger row per run; the (reference, row) pairs by arm, in artifact order."""
+    anchored = p.executor.anchor(runs, p.ledger, p.plan_id)
+    rows_by_arm: dict[str, list[tuple[str, dict[str, Any]]]] = {a.name: [] for a in p.suite_arms}
     for run, (ref, row) in zip(runs, anchored):
         rows_by_arm[run.arm].append((ref, row))
+    return rows_by_arm
+
+
+def publish(p: PreparedSuite, header: dict[str, Any], rows_by_arm: dict[str, list[tuple[str, dict[str, Any]]]],
+            before_emit: Callable[[bytes], None] | None = None) -> SuiteResult:
+    """Build the artifact from anchored rows, append the audit event, publish it and index its pairs."""
+    suite, pairs, reports_dir, audit_dir = p.suite, p.pairs, p.reports_dir, p.audit_dir
+    prof = {a.name: a.profile.name for a in p.suite_arms}
     art = artifact_mod.build(header, rows_by_arm)
     data = artifact_mod.to_bytes(art)
     sha = sha256_hex(data)
@@ -229,7 +256,59 @@ def run_prepared(p: PreparedSuite, how: Execution = Execution(),
                                         "artifact": path.name, "result": verdict["result"],
                                         "winner": verdict["winner"], "audit_seq": entry["seq"],
                                         "recorded_at": entry["ts"]})
-    return SuiteResult(art, data, sha, path, entry, ledger)
+    return SuiteResult(art, data, sha, path, entry, p.ledger)
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """How a sequential A/B spends: its budget (USD, None: none) is checked before every round against
+    the round's estimate (``runs.budget``) with ``prices``; ``on_round`` sees each round's state."""
+
+    prices: dict[str, Any] | None = None
+    on_round: Callable[[dict[str, Any]], None] | None = None
+
+
+def run_sequential(p: PreparedSuite, how: Execution = Execution(), rounds: Rounds = Rounds(),
+                   before_emit: Callable[[bytes], None] | None = None) -> SuiteResult:
+    """Rounds of one trial per task per arm (round r = trial r, one submission: one batch on the farm),
+    until the honest pair's anytime-valid test decides, ``max_trials`` rounds are run, or the budget
+    cannot pay for the next round; then one artifact over every round's anchored rows."""
+    from ..runs.budget import affordable
+
+    design = p.header["sequential"]
+    honest = next(x for x in p.pairs if x["honest"])
+    replay = sequential.Replay(design["alpha"], design["margin"])
+    rows_by_arm: dict[str, list[tuple[str, dict[str, Any]]]] = {a.name: [] for a in p.suite_arms}
+    stop = None
+    for r in range(design["max_trials"]):
+        spent = math.fsum(row.get("cost_usd") or 0.0 for rows in rows_by_arm.values() for _, row in rows)
+        left = None if how.budget_usd is None else how.budget_usd - spent
+        if left is not None and r > 0 and not affordable(p.spec, p.spec.prompts, 1, left, rounds.prices):
+            stop = "budget"
+            break
+        try:
+            runs = _collect(p, replace(how, budget_usd=left), 1, first_trial=r)
+        except BudgetStopped:
+            if r == 0:
+                raise
+            stop = "budget"  # the round the budget cut short compares nothing: its rows are not anchored
+            break
+        for arm, got in _anchor(p, runs).items():
+            rows_by_arm[arm].extend(got)
+        a = [row for _, row in rows_by_arm[honest["a"]] if row.get("trial") == r]
+        b = [row for _, row in rows_by_arm[honest["b"]] if row.get("trial") == r]
+        [(_, sa, sb)] = sequential.rounds(a, b)
+        state = replay.add(r, sa, sb)
+        if rounds.on_round is not None:
+            rounds.on_round(state)
+        if state["decision"] != "continue":
+            break
+    for arm in rows_by_arm:  # artifact order: task, then trial (round)
+        task_order = {t.id: i for i, t in enumerate(p.suite.tasks)}
+        rows_by_arm[arm].sort(key=lambda x: (task_order[x[1]["task"]], x[1]["trial"]))
+    header = {**p.header, "trials": replay.history[-1]["round"],
+              "sequential": {**design, "stopped_because": stop}}
+    return publish(p, header, rows_by_arm, before_emit)
 
 
 def event_data(art: dict[str, Any], sha: str) -> dict[str, Any]:
@@ -237,7 +316,9 @@ def event_data(art: dict[str, Any], sha: str) -> dict[str, Any]:
     v = art["verdict"]
     return {"artifact_sha256": sha, "plan": art["plan"], "suite": art["suite"]["name"],
             "suite_sha256": art["suite"]["sha256"], "pair": [v["a"], v["b"]], "result": v["result"],
-            "winner": v["winner"], "executor": art["executor"]["kind"]}
+            "winner": v["winner"], "executor": art["executor"]["kind"],
+            **({"sequential": {k: art["sequential"][k] for k in ("decision", "rounds", "stopped_because")}}
+               if "sequential" in art else {})}
 
 
 def _spend_extra(executor: ArmExecutor, run_id: str) -> dict[str, Any]:
@@ -269,11 +350,13 @@ def verify(artifact_path: Path, ledger: Path | None = None, audit_dir: Path | No
             else StateDir.of().cost_ledger
     audit_dir = Path(audit_dir) if audit_dir else StateDir.of().audit
     index = ledger_mod.load(ledger)
-    problems, _ = artifact_mod.verify_rows(art, index)
+    problems, rebuilt = artifact_mod.verify_rows(art, index)
     n_rows = sum(len(a["ledger_rows"]) for a in art["arms"].values())
     checks.append(("ledger rows", not problems,
                    f"{n_rows} rows resolved in {ledger}; every aggregate recomputed" if not problems
                    else "; ".join(problems[:5]) + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")))
+    if "sequential" in art and rebuilt is not None:
+        checks.append(("sequential decision", *sequential.check(art["sequential"], rebuilt["sequential"])))
     try:
         good, broken = audit.verify(audit_dir)
         events = [e for e in good if e["event"] == artifact_mod.EVENT and e["data"].get("artifact_sha256") == sha]

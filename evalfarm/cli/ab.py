@@ -18,7 +18,8 @@ from .overnight import budget_options
 VARIANT_FLAGS = ("variant_a", "variant_b", "tasks")
 SUITE_FLAGS = ("suite", "arm_a", "arm_b")
 SUITE_ONLY = ("arms", "trials", "executor", "model", "role", "timeout_s", "ledger", "reports_dir", "audit_dir",
-              "base_url", "api_key_env", "price", "agent")
+              "base_url", "api_key_env", "price", "agent", "until_decided", "max_trials", "alpha", "margin", "plan")
+SEQUENTIAL_ONLY = ("max_trials", "alpha", "margin")
 VARIANT_ONLY = ("scorer",)
 
 
@@ -104,6 +105,10 @@ def _print_suite(res) -> None:
     head = {"winner": f"WINNER {v['winner']} (by {v['decided_by']})", "tie": "TIE", "inconclusive": "INCONCLUSIVE",
             "incomparable": "INCOMPARABLE"}[v["result"]]
     click.echo(f"{head}: {v['reason']}")
+    if "sequential" in a:
+        from ..ab.sequential import summary_line
+
+        click.echo(summary_line(a["sequential"], a["suite"]["tasks"], len(a["arm_order"])))
     for m in v["not_measured"]:
         click.echo(f"  not measured: {m['arm']} {m['axis']} ({m['reason']}, {m['runs_missing']} run(s))")
     for name in a["arm_order"]:
@@ -114,6 +119,12 @@ def _print_suite(res) -> None:
                        f"{_fmt(f['median_tool_calls'], '{:g}')}, diff lines {_fmt(f['median_diff_lines'], '{:g}')}")
     click.echo(f"artifact {res.path}")
     click.echo(f"audit entry {res.audit_entry['seq']}; ledger {res.ledger}")
+
+
+def _round_line(state: dict[str, Any]) -> None:
+    """A sequential round's state, on stderr as it happens."""
+    click.echo(f"evalfarm: round {state['round']}: {state['n']} pairs, b-a {state['estimate']:+.4f}, anytime-valid "
+               f"interval [{state['lo']:+.4f}, {state['hi']:+.4f}]: {state['decision']}", err=True)
 
 
 def _print_variants(r: dict[str, Any]) -> None:
@@ -145,6 +156,20 @@ dir_option = dict(type=click.Path(file_okay=False, path_type=Path))
 @click.option("--arm-b", help="Suite mode: profile of arm B (the candidate with --arms 3).")
 @click.option("--arms", type=click.Choice(["2", "3"]), help="3 adds the built-in control arm [default: 2].")
 @click.option("--trials", type=click.IntRange(1, 1000), help="Trials per (arm, task) [default: 1].")
+@click.option("--until-decided", is_flag=True,
+              help="Suite mode: rounds of one trial per task per arm until an anytime-valid paired test decides "
+                   "(or --max-trials rounds, or the budget); peeking every round keeps its error rate.")
+@click.option("--max-trials", type=click.IntRange(1, 1000),
+              help="With --until-decided: the most rounds (trials per task) [default: 20].")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="With --until-decided: the error rate of the test, however often it is looked at [default: 0.05].")
+@click.option("--margin", type=click.FloatRange(0, 1, max_open=True),
+              help="With --until-decided: differences within +-M count as equivalent (a tie); 0 never declares one "
+                   "[default: 0.05, the fixed design's non-inferiority margin].")
+@click.option("--plan", is_flag=True,
+              help="Suite mode: print the design, its estimated cost and the smallest pass-rate difference it detects "
+                   "at 80% power (variance from the last comparison of this suite, else the worst case), and exit "
+                   "without calling any model.")
 @click.option("--executor", type=click.Choice(["synthetic", "provider", "spawn"]),
               help="synthetic: offline, deterministic; provider: a real OpenAI-compatible model; "
                    "spawn: real coding agents in git worktrees (a spawn suite) [default: synthetic].")
@@ -207,6 +232,11 @@ def ab(ctx: click.Context, **opts: Any) -> None:
             raise UsageError(f"{', '.join(map(_flag, extra))} only applies with --executor provider or spawn")
     if opts["executor"] != "spawn" and "agent" in given:
         raise UsageError("--agent only applies with --executor spawn")
+    if not opts["until_decided"] and any(k in given for k in SEQUENTIAL_ONLY):
+        raise UsageError(f"{', '.join(_flag(k) for k in SEQUENTIAL_ONLY if k in given)} only applies with --until-decided")
+    if opts["until_decided"] and "trials" in given:
+        raise UsageError("--trials and --until-decided: a sequential A/B runs one trial per task per round; "
+                         "bound the rounds with --max-trials")
     if variant:
         _variant_mode(opts)
     else:
@@ -247,7 +277,7 @@ def _variant_mode(o: dict[str, Any]) -> None:
 
 def _suite_mode(o: dict[str, Any]) -> None:
     from ..ab.choose import executor_for
-    from ..ab.harness import plan_arms, prepare_suite, run_prepared
+    from ..ab.harness import Rounds, plan_arms, prepare_suite, run_prepared, run_sequential
 
     arms = int(o["arms"] or 2)
     plan_arms(o["arm_a"], o["arm_b"], arms)  # profile and arm errors before any work
@@ -256,14 +286,35 @@ def _suite_mode(o: dict[str, Any]) -> None:
                             api_key_env=o["api_key_env"], price=_price(o["price"]), role=o["role"] or "backend",
                             timeout_s=o["timeout_s"], agent=o["agent"])
     executor.load_suite(o["suite"])  # the suite (and, spawn, the repo, base and agent) before any work
-    _check_outputs(o, executor)
-    trials = o["trials"] or 1
+    if not o["plan"]:  # a plan writes nothing
+        _check_outputs(o, executor)
+    design = None
+    if o["until_decided"]:
+        from ..ab import sequential
+
+        design = sequential.design(o["alpha"] or 0.05, 0.05 if o["margin"] is None else o["margin"],
+                                   o["max_trials"] or sequential.DEFAULT_MAX_TRIALS)
+    trials = design["max_trials"] if design else o["trials"] or 1
     prepared = prepare_suite(suite_path=o["suite"], arm_a=o["arm_a"], arm_b=o["arm_b"], arms=arms, trials=trials,
                              executor=executor, role=o["role"] or "backend", ledger=o["ledger"],
-                             reports_dir=o["reports_dir"], audit_dir=o["audit_dir"])
+                             reports_dir=o["reports_dir"], audit_dir=o["audit_dir"], sequential=design)
+    if o["plan"]:
+        from ..ab import planning
+
+        p = planning.plan(prepared, design, _prices(executor))
+        if o["as_json"]:
+            click.echo(planning.to_json(p))
+        else:
+            for line in planning.lines(p):
+                click.echo(line)
+        return
     # spawn: --timeout bounds each task; the run takes as long as its tasks do
     wait_s = None if spawn else o["timeout_s"] or 1800.0
-    res = _execute(o, prepared.spec, trials, _prices(executor), wait_s)(lambda how: run_prepared(prepared, how))
+    if design:  # the budget is checked for one round now, and before every later round
+        res = _execute(o, prepared.spec, 1, _prices(executor), wait_s)(
+            lambda how: run_sequential(prepared, how, Rounds(_prices(executor), _round_line)))
+    else:
+        res = _execute(o, prepared.spec, trials, _prices(executor), wait_s)(lambda how: run_prepared(prepared, how))
     _emit(res.data, o["output"], o["as_json"])
     if not o["as_json"]:
         _print_suite(res)

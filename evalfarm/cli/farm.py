@@ -76,7 +76,9 @@ def still_running(run_id: str) -> None:
 @click.command()
 @click.option("--pool", type=click.Choice(["provider", "judge", "spawn", "aggregate", "all"]), default="all",
               show_default=True, help="Which queues to consume, with that pool's settings "
-                                      "(evalfarm/executors/celery/pools.py).")
+                                      "(evalfarm/executors/celery/pools.py). 'all' means all: provider, judge "
+                                      "and aggregate in this process, and spawn (coding agents) in a child "
+                                      "'worker --pool spawn' started when a spawn task first waits.")
 @click.option("-c", "--concurrency", type=click.IntRange(1, 512),
               help="Tasks this worker runs at once (threads sharing one event loop); default: the pool's.")
 @broker_option
@@ -130,7 +132,7 @@ def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
                                                                 for a, (d, e) in p.per_adapter.items()},
             "started_at": meta.get("started_at"), "finished_at": meta.get("finished_at"),
             "report_ready": bool(backend.store.report_size(run_id)), "resumed": meta.get("resumed", 0),
-            "failure": meta.get("failure")}
+            "failure": meta.get("failure"), "fleet_slots": backend.fleet_slots(run_id)}
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
@@ -144,6 +146,8 @@ def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
         click.echo(f"  {a}: {d['done']} done, {d['errors']} errored")
     click.echo(f"  spend ${p.cost_usd:.6f}; executions {p.executed} ({info['duplicate_executions']} duplicates, "
                f"counted once); report {'ready' if info['report_ready'] else 'not yet'}")
+    if info["fleet_slots"]:
+        click.echo(f"  run --concurrency: {info['fleet_slots']}")
     if info["missing"] > 0 and info["state"] not in ("done", "failed"):
         click.echo(f"  'evalfarm resume {run_id}' dispatches the {info['missing']} missing items")
 

@@ -39,13 +39,22 @@ from .overnight import budget_options, check_budget, stopped_lines
 @click.option("--detach", is_flag=True, help="Farm: print the run id and return; 'evalfarm wait RUN' attaches later.")
 @click.option("--cache", "use_cache", is_flag=True,
               help="Reuse provider responses for identical requests (same model, messages, params, trial).")
+@click.option("--until-decided", is_flag=True,
+              help="With --gate: rounds of one trial per case until an anytime-valid test shows the drop against the "
+                   "baseline within the margin (pass) or beyond it (fail), or --max-trials rounds (fail: open).")
+@click.option("--max-trials", type=click.IntRange(1, 1000), help="With --until-decided: the most rounds [default: 20].")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="With --until-decided: the error rate of either call, however often looked at [default: 0.05].")
+@click.option("--margin", type=click.FloatRange(0, 1, max_open=True),
+              help="With --until-decided: the drop allowed [default: thresholds.max_drop, else 0.05].")
 @budget_options
 @ci_run_options
 def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, base_url: str | None,
         judge_model: str | None, judge_base_url: str | None, tags: tuple[str, ...], cases: tuple[str, ...],
         concurrency: int | None, output: Path | None, no_save: bool, state_dir: Path, trials: int | None,
         broker: str | None, batch_size: int | None, timeout_s: float | None, as_json: bool, detach: bool,
-        use_cache: bool, max_cost: float | None, force: bool, **ci) -> None:
+        use_cache: bool, max_cost: float | None, force: bool, until_decided: bool, max_trials: int | None,
+        alpha: float | None, margin: float | None, **ci) -> None:
     """Validate SPEC (or --dataset cases with --model), run every item, aggregate, apply thresholds."""
     from ..runs.archive import check_state_dir, check_writable
     from ..ci.pipeline import baseline_for
@@ -113,11 +122,29 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
         raise UsageError(f"{flag} applies to a farm run (--broker); an in-process run has no batches and "
                          "stops with Ctrl-C")
 
+    if not until_decided and (max_trials or alpha is not None or margin is not None):
+        raise UsageError("--max-trials, --alpha and --margin only apply with --gate --until-decided")
+    if until_decided:
+        _check_sequential(ci, trials, detach, output, as_json)
+        base = baseline_for(ci.get("baseline"), spec.name, state_dir)
+        if base[1] is None:
+            raise UsageError("--until-decided decides against a baseline: pass --baseline NAME (or promote one named "
+                             f"{spec.name!r} first)")
+        trials = 1  # the estimate and budget check: one round now, the next before each round
     budget = check_budget(spec, source, trials, max_cost, force)  # the estimate, before anything is sent
     options: dict = {"cache": use_cache, "state_dir": str(state_dir.resolve())}
     if budget is not None:
         options["budget_usd"] = budget
     target = Target(broker=broker, concurrency=concurrency, batch_size=batch_size)
+    prompt_info = {"dataset_hash": dataset_hash(source.selected()) if not no_save else None,
+                   "prompt": version.info() if version is not None else None,
+                   "models": {a.id: a.model for a in spec.adapters if not isinstance(a, str)}}
+    if until_decided:
+        sys.exit(_gate_until_decided(spec, source, target, spec_file.where, options, budget, base, state_dir, no_save,
+                                     prompt_info, max_trials or 20, 0.05 if alpha is None else alpha,
+                                     margin if margin is not None else (spec.thresholds.max_drop if spec.thresholds
+                                                                        and spec.thresholds.max_drop is not None
+                                                                        else 0.05), as_json))
     with LiveProgress(enabled=False if as_json or detach else None) as bar:
         run = start(spec, source, target, trials=trials, options=options, where=spec_file.where,
                     on_progress=bar.update)
@@ -130,9 +157,6 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
             from .farm import still_running
 
             still_running(run.run_id)
-    prompt_info = {"dataset_hash": dataset_hash(source.selected()) if not no_save else None,
-                   "prompt": version.info() if version is not None else None,
-                   "models": {a.id: a.model for a in spec.adapters if not isinstance(a, str)}}
     code = finish(run, state_dir, no_save, as_json, output, spec.thresholds, prompt_info, ci)
     for line in stopped_lines(run.summary()):
         click.echo(line, err=True)
@@ -140,3 +164,60 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
         click.echo("evalfarm: interrupted: the calls in flight were cancelled and nothing more was sent; the items "
                    "that finished are in the partial report above (diff and gate refuse it)", err=True)
     sys.exit(code)
+
+
+def _check_sequential(ci: dict, trials: int | None, detach: bool, output: Path | None, as_json: bool) -> None:
+    """--until-decided: the flag combinations it takes, refused before anything is sent."""
+    if not ci.get("gate"):
+        raise UsageError("--until-decided applies to the gate: pass --gate (and the baseline to compare with)")
+    clash = [f for f, v in (("--trials", trials), ("--detach", detach), ("--promote", ci.get("promote")),
+                            ("--output", output), ("--junit", ci.get("junit")), ("--pr-summary", ci.get("pr_summary")))
+             if v]
+    if clash:
+        raise UsageError(f"{', '.join(clash)} and --until-decided: the rounds are runs of one trial each, saved like "
+                         "any run; the sequential gate prints its call (--json: as JSON)")
+
+
+def _gate_until_decided(spec, source, target, where, options, budget, base, state_dir: Path, no_save: bool,
+                        prompt_info, max_trials: int, alpha: float, margin: float, as_json: bool) -> int:
+    """Rounds until the sequential gate decides; each round delivered (saved) like a run. Exit 0 passed, 1
+    regressed or undecided, 3 nothing measured."""
+    import json
+
+    from ..ci.gate_rounds import run_rounds
+    from ..ci.sequential_gate import SequentialGate
+    from ..runs.deliver import deliver
+    from ..runs.state import StateDir
+    from .console import LiveProgress
+
+    name, report, notes = base
+    for note in notes:
+        click.echo(f"evalfarm: {note}", err=True)
+    gate = SequentialGate(alpha, margin)
+    cases = source.count * len(spec.adapter_ids)
+
+    def on_round(run, state) -> None:
+        done = deliver(run.store, run.run_id, StateDir.of(state_dir), save=not no_save, prompt_info=prompt_info)
+        if not state:
+            for line in stopped_lines(done.summary):
+                click.echo(line, err=True)
+            return
+        click.echo(f"evalfarm: round {state['round']}: run {run.run_id}: {state['n']} pairs, run - baseline "
+                   f"{state['estimate']:+.4f}, anytime-valid interval [{state['lo']:+.4f}, {state['hi']:+.4f}]: "
+                   f"{state['decision']}", err=True)
+
+    with LiveProgress(enabled=False if as_json else None) as bar:
+        rounds = run_rounds(spec, source, target, gate, report, max_trials=max_trials, options=options, where=where,
+                            budget_usd=budget, on_progress=bar.update, on_round=on_round)
+    summary = {**gate.summary(cases), "baseline": {"name": name, "run_id": report.get("run_id")},
+               "stopped_because": rounds.stopped_because, "max_trials": max_trials,
+               "runs": [r.run_id for r in rounds.runs]}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+    for line in gate.lines(cases, max_trials):
+        click.echo(line, err=as_json)
+    if gate.test.n == 0:
+        click.echo("evalfarm: nothing was measured against the baseline (every item errored, or no case is shared); "
+                   "exit 3", err=True)
+        return 3
+    return 0 if gate.decision == "passed" else 1

@@ -44,9 +44,11 @@ def prompt_json(prompt: PromptSpec) -> str:
 
 def iter_items(spec: EvalSpec, prompts: Iterable[PromptSpec], adapter_configs: dict[str, dict[str, Any]],
                judge_config: dict[str, Any] | None, trials: int | None = None,
-               on_prompt: Callable[[str], None] | None = None) -> Iterator[Item]:
+               on_prompt: Callable[[str], None] | None = None, first_trial: int = 0) -> Iterator[Item]:
     """Items in a stable order: prompt, then adapter, then trial (one pass over the prompts).
-    ``on_prompt`` sees each prompt's canonical JSON once (the spec hash streams from it)."""
+    ``on_prompt`` sees each prompt's canonical JSON once (the spec hash streams from it).
+    ``first_trial``: the trials are ``first_trial .. first_trial + trials - 1`` (a sequential A/B
+    runs one trial per round, round r being trial r: the same items a fixed design would run)."""
     n_trials = trials or spec.trials
     adapters = [(a, canonical_json(adapter_configs[a])) for a in spec.adapter_ids]
     judge = canonical_json(judge_config)
@@ -56,7 +58,7 @@ def iter_items(spec: EvalSpec, prompts: Iterable[PromptSpec], adapter_configs: d
             on_prompt(pj)
         first = True
         for adapter, adapter_json in adapters:
-            for trial in range(n_trials):
+            for trial in range(first_trial, first_trial + n_trials):
                 key = sha256_hex(f'{{"adapter":{adapter_json},"judge":{judge},"prompt":{pj},"trial":{trial}}}')
                 yield Item(key, prompt, adapter, trial, pj, first=first)
                 first = False
@@ -119,7 +121,8 @@ class Plan:
         """Items in plan order (prompt, adapter, trial), streamed; ``spec_hash`` is ready at the end."""
         self._hasher = SpecHasher(self.spec)
         adapters, judge = self.engine_configs
-        return iter_items(self.spec, self.source, adapters, judge, self.trials, on_prompt=self._hasher.update)
+        return iter_items(self.spec, self.source, adapters, judge, self.trials, on_prompt=self._hasher.update,
+                          first_trial=int(self.options.get("first_trial") or 0))
 
     @property
     def spec_hash(self) -> str:

@@ -129,6 +129,33 @@ def _delta(d: Any) -> dict[str, Any]:
             "lo": lo, "hi": hi, "excludes_zero": safe.flag(d.get("ci_excludes_zero"))}
 
 
+MAX_ROUNDS_SHOWN = 1000
+
+
+def _sequential(raw: Any) -> dict[str, Any] | None:
+    """A sequential artifact's design, stopping point and confidence sequence (untrusted: every field checked)."""
+    if raw is None:
+        return None
+    q = safe.mapping(raw)
+    history = []
+    for h in safe.seq(q.get("history"))[:MAX_ROUNDS_SHOWN]:
+        h = safe.mapping(h)
+        lo, hi, est = safe.num(h.get("lo")), safe.num(h.get("hi")), safe.num(h.get("estimate"))
+        if lo is None or hi is None or est is None:
+            continue
+        history.append({"round": safe.count(h.get("round")), "n": safe.count(h.get("n")), "lo": lo, "hi": hi,
+                        "estimate": est, "decision": safe.text(h.get("decision"), 20)})
+    saved = safe.mapping(q.get("items_saved"))
+    fixed = safe.mapping(q.get("fixed_design"))
+    return {"method": safe.text(q.get("method"), 40), "alpha": safe.num(q.get("alpha")),
+            "margin": safe.num(q.get("margin")) or 0.0, "max_trials": safe.count(q.get("max_trials")),
+            "rounds": safe.count(q.get("rounds")), "decision": safe.text(q.get("decision"), 20),
+            "decision_round": safe.count(q.get("decision_round")) or None,
+            "stopped_because": safe.text(q.get("stopped_because"), 40), "history": history,
+            "saved_vs_max": safe.num(saved.get("vs_max_trials")), "saved_vs_power": safe.num(saved.get("vs_power_sized")),
+            "fixed_trials": safe.num(fixed.get("trials_per_task"))}
+
+
 def ab_view(data: dict[str, Any]) -> dict[str, Any]:
     problems = []
     if data.get("schema") != "evalfarm.ab_comparison/1":
@@ -162,4 +189,4 @@ def ab_view(data: dict[str, Any]) -> dict[str, Any]:
                         "decided_by": safe.opt_text(v.get("decided_by"), 40), "reason": safe.text(v.get("reason"), 2000),
                         "a": safe.text(v.get("a"), 100), "b": safe.text(v.get("b"), 100)},
             "parameters": {safe.text(k, 60): safe.text(x, 60) for k, x in safe.mapping(data.get("parameters")).items()},
-            "problems": problems}
+            "sequential": _sequential(data.get("sequential")), "problems": problems}

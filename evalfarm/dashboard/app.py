@@ -319,7 +319,10 @@ async def ab_page(request: web.Request) -> web.Response:
             rows.append((label, d.get("delta") if d and d["measured"] else None,
                          d.get("lo") if d else None, d.get("hi") if d else None))
         charts.append((n, svg.intervals(rows, f"delta-{n}", value_fmt=_DELTA_FMT.get(n))))
-    return _render(request, "ab.html", a=a, v=v, interval_charts=charts, page="ab-detail", nav="A/B")
+    q = a.get("sequential")
+    seq_chart = svg.sequence(q["history"], q["decision_round"] or (q["rounds"] or None), q["margin"]) if q else None
+    return _render(request, "ab.html", a=a, v=v, interval_charts=charts, seq_chart=seq_chart, page="ab-detail",
+                   nav="A/B")
 
 
 async def farm_page(request: web.Request) -> web.Response:

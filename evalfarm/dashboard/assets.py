@@ -40,6 +40,7 @@ svg text { font-size:11px; fill:var(--fg); } svg .track { fill:#edf0f3; } svg .b
 svg .bar.ok { fill:var(--pass); } svg .bar.below { fill:var(--fail); }
 svg .threshold { stroke:#111; stroke-width:2; } svg .axis { stroke:var(--muted); }
 svg .zero { stroke:#555; stroke-dasharray:4 3; } svg .interval, svg .whisker { stroke:var(--accent); stroke-width:2; }
+svg .round { stroke:var(--accent); stroke-width:3; } svg .round.decided { stroke:#2a7a2a; } svg .estimate { fill:none; stroke:#888; } svg .margin { stroke:#b80; stroke-dasharray:2 2; } svg .stop { stroke:#c33; stroke-width:1.5; }
 svg .point { fill:var(--fail); } svg .empty { fill:var(--muted); font-style:italic; }
 progress { width:120px; }
 """

@@ -134,3 +134,51 @@ def intervals(rows: Iterable[tuple[str, float | None, float | None, float | None
                  f'<text x="{_n(x(0))}" y="{axis_y}" text-anchor="middle">0</text>'
                  f'<text x="{width - pad}" y="{axis_y}" text-anchor="end">{esc(value_fmt(hi_all))}</text></svg>')
     return Markup("".join(parts))
+
+
+def sequence(history: Sequence[dict], stop: int | None, margin: float = 0.0, name: str = "sequence",
+             width: int = 560, height: int = 220) -> Markup:
+    """A confidence sequence round by round: each round's anytime-valid interval of b − a (a vertical
+    ``line.round`` from lo to hi), the estimate through them, zero (dashed) and the margin, and the
+    round it stopped at (``line.stop``). Every interval is valid at once, so reading it after every
+    round is allowed: the first one clear of zero (or inside the margin) is the decision."""
+    left, pad, top, bottom = 44, 12, 10, 28
+    plot_w, plot_h = width - left - pad, height - top - bottom
+    n = max(1, len(history))
+    lo_v = min([-0.05] + [h["lo"] for h in history] + ([-margin] if margin else []))
+    hi_v = max([0.05] + [h["hi"] for h in history] + ([margin] if margin else []))
+
+    def x(i: int) -> float:  # round i (1-based)
+        return left + (i - 0.5) / n * plot_w
+
+    def y(v: float) -> float:
+        return top + (hi_v - v) / (hi_v - lo_v) * plot_h
+
+    parts = [f'<svg class="chart sequence" data-chart="{esc(name)}" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="confidence sequence, {len(history)} rounds">',
+             f'<line class="zero" x1="{left}" x2="{width - pad}" y1="{_n(y(0))}" y2="{_n(y(0))}"/>',
+             f'<text x="{left - 4}" y="{_n(y(0) + 4)}" text-anchor="end">0</text>',
+             f'<text x="{left - 4}" y="{_n(y(hi_v) + 10)}" text-anchor="end">{esc(f"{hi_v:+.2f}")}</text>',
+             f'<text x="{left - 4}" y="{_n(y(lo_v))}" text-anchor="end">{esc(f"{lo_v:+.2f}")}</text>']
+    if margin:
+        for m in (-margin, margin):
+            parts.append(f'<line class="margin" data-margin="{esc(m)}" x1="{left}" x2="{width - pad}" '
+                         f'y1="{_n(y(m))}" y2="{_n(y(m))}"><title>margin {esc(f"{m:+g}")}</title></line>')
+    if not history:
+        parts.append(f'<text x="{left}" y="{top + 14}" class="empty">no rounds recorded</text></svg>')
+        return Markup("".join(parts))
+    for i, h in enumerate(history, start=1):
+        cls = "round decided" if h["decision"] != "continue" else "round"
+        tip = f"round {i} ({h['n']} pairs): {h['estimate']:+.4f} [{h['lo']:+.4f}, {h['hi']:+.4f}] {h['decision']}"
+        parts.append(f'<line class="{cls}" data-round="{i}" data-lo="{esc(h["lo"])}" data-hi="{esc(h["hi"])}" '
+                     f'x1="{_n(x(i))}" x2="{_n(x(i))}" y1="{_n(y(h["lo"]))}" y2="{_n(y(h["hi"]))}">'
+                     f'<title>{esc(tip)}</title></line>')
+    points = " ".join(f"{_n(x(i))},{_n(y(h['estimate']))}" for i, h in enumerate(history, start=1))
+    parts.append(f'<polyline class="estimate" points="{points}"/>')
+    if stop:
+        parts.append(f'<line class="stop" data-round="{stop}" x1="{_n(x(stop))}" x2="{_n(x(stop))}" y1="{top}" '
+                     f'y2="{top + plot_h}"><title>stopped at round {stop}</title></line>'
+                     f'<text x="{_n(x(stop))}" y="{top + plot_h + 12}" text-anchor="middle">stop</text>')
+    parts.append(f'<text x="{left}" y="{height - 4}">round 1</text>'
+                 f'<text x="{width - pad}" y="{height - 4}" text-anchor="end">round {len(history)}</text></svg>')
+    return Markup("".join(parts))

@@ -174,6 +174,12 @@ AB = """{% extends "base.html" %}{% block title %}A/B {{ a.sha256[:12] }}{% endb
 <section><h2>Deltas (b − a) with 95% intervals</h2>
 <p class="meta">{% for c in a.comparisons %}<b>{{ c.label }}</b>{% if c.honest %} (honest){% else %} (conflated){% endif %}: {{ c.b }} vs {{ c.a }}{% if not loop.last %} · {% endif %}{% endfor %}. An interval that crosses the dashed zero line is no evidence of a difference.</p>
 {% for name, svg in interval_charts %}<h3>{{ name | replace("_", " ") }}</h3>{{ svg }}{% endfor %}</section>
+{% if a.sequential %}{% set q = a.sequential %}<section id="ab-sequential"><h2>Sequential test <small>{{ q.method }}, alpha {{ q.alpha }}, margin ±{{ q.margin }}</small></h2>
+<p class="meta" id="seq-summary"><b>{{ q.decision }}</b>{% if q.decision_round %} at round {{ q.decision_round }}{% endif %} · {{ q.rounds }} of at most {{ q.max_trials }} round(s) · stopped: {{ q.stopped_because }}
+{% if q.saved_vs_max is not none %} · {{ q.saved_vs_max | num }} items fewer than {{ q.max_trials }} trials per task{% endif %}
+{% if q.saved_vs_power is not none %} · {{ q.saved_vs_power | num }} items vs a fixed design sized for the observed difference ({{ q.fixed_trials | num }} trials per task){% endif %}</p>
+<p class="meta">Pass rate b − a: each round's anytime-valid interval (all valid at once, so looking after every round is allowed), the estimate through them, zero dashed{% if q.margin %}, the equivalence margin{% endif %}, and where it stopped.</p>
+{{ seq_chart }}</section>{% endif %}
 {% endblock %}"""
 
 FARM = """{% extends "base.html" %}{% block title %}Farm{% endblock %}{% block main %}

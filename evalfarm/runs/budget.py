@@ -85,3 +85,20 @@ def quota_line(summary: dict[str, Any]) -> str | None:
     return (f"quota exhausted (HTTP 429 insufficient_quota): not retried; the endpoint was paused for the whole "
             f"fleet and {count} item(s) ended as runtime_error QuotaExhausted, most without a request "
             f"(e.g. {str(example)[:160]})")
+
+
+def affordable(spec: Any, prompts: Iterable[Any], trials: int | None, left_usd: float,
+               prices: Mapping[str, Any] | None = None) -> bool:
+    """Whether ``left_usd`` covers the estimate of ``trials`` more trials (a sequential A/B asks before
+    each round). What has no price counts as $0, as in a run forced past that refusal."""
+    from ..engine.budget import estimate
+
+    return estimate(spec, prompts, trials, prices).total_usd <= left_usd
+
+
+def estimate_of(spec: Any, prompts: Iterable[Any], trials: int | None, prices: Mapping[str, Any] | None = None):
+    """The run's cost estimate (``engine.budget.Estimate``: ``line()``, ``total_usd``, ``as_dict()``), for a
+    plan shown before anything is sent."""
+    from ..engine.budget import estimate
+
+    return estimate(spec, prompts, trials, prices)

@@ -111,6 +111,10 @@ def start_worker(pool: str, *, concurrency: int | None, broker: str | None, logl
         app = spawn_worker_app(settings, spec, allow_unsandboxed)
     else:
         app = worker_app(settings, pool=spec)
+    if pool == "all":  # 'all' means all: spawn in a child 'worker --pool spawn' when a spawn task waits
+        from ..executors.celery.spawn import spawn_companion
+
+        spawn_companion(settings, loglevel)
     app.conf.worker_send_task_events = events
     # heartbeats on (Flower and `celery events` see the worker alive); no gossip (every worker would
     # consume every other worker's events) and no mingle (a start-up round trip to the others)

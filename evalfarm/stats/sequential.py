@@ -184,6 +184,14 @@ class PairedSequentialTest:
         return max(-1.0, center - half), min(1.0, center + half)
 
     @classmethod
+    def expected_half_width(cls, n: int, pair_variance: float, alpha: float = 0.05) -> float:
+        """The half-width the interval is expected to have after ``n`` pairs whose difference b - a
+        has variance ``pair_variance`` (for planning: V is taken at its expectation, n Var(x))."""
+        test = cls(alpha)
+        test._n, test._v = n, n * pair_variance / 4.0
+        return min(1.0, 2.0 * test._radius() / n)
+
+    @classmethod
     def replay(cls, rounds: Iterable[tuple[Sequence[Any], Sequence[Any]]], alpha: float = 0.05,
                margin: float = 0.0) -> "PairedSequentialTest":
         """A test fed ``rounds`` in order: the same floats as the original (``ab verify``)."""

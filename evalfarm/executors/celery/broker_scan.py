@@ -63,3 +63,28 @@ def keys_in_broker(r, run_id: str) -> tuple[set[str], int]:
     """(item keys carried by this run's queued or unacked batch messages, aggregate messages)."""
     queued, unacked, aggregates = broker_keys(r, run_id)
     return queued | unacked, aggregates
+
+
+def queued_per_queue(r, run_id: str, queues=QUEUES) -> dict[str, int]:
+    """Messages of ``run_id`` waiting on each queue (not yet taken by a worker)."""
+    out: dict[str, int] = {}
+    for queue in queues:
+        for key in [queue] + [f"{queue}{PRIORITY_SEP}{p}" for p in (1, 2, 3, 4, 5, 6, 7, 8, 9)]:
+            for raw in r.lrange(key, 0, -1):
+                m = _decode(raw)
+                if m and m["args"] and m["args"][0] == run_id:
+                    out[queue] = out.get(queue, 0) + 1
+    return out
+
+
+def consumed_queues(r) -> set[str] | None:
+    """The queues live workers consume (their heartbeat keys, ``ef:worker:*``); None if unreadable."""
+    out: set[str] = set()
+    try:
+        for key in r.scan_iter(match="ef:worker:*", count=500):
+            raw = r.get(key)
+            if raw:
+                out.update(json.loads(raw).get("queues") or [])
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return out

@@ -104,6 +104,8 @@ class CeleryBackend:
         self.store = store_for(url)
         self._meta: dict[str, dict[str, Any]] = {}
         self._suspects: dict[str, set[str]] = {}  # run -> items nobody held at the last stall check
+        self._slots_said: dict[str, str] = {}  # run -> the fleet-slot holding last said
+        self._queues_said: dict[str, set[str]] = {}  # run -> queues said to have no consumer
 
     # -- submit ---------------------------------------------------------------------------
     def start(self, plan: Plan, engine: Engine | None = None, on_progress: ProgressFn | None = None) -> None:
@@ -218,7 +220,7 @@ class CeleryBackend:
                     self.app.send_task(JUDGE_BATCH, args=[run_id, keys], producer=producer, queue="judge")
                     sent += 1
             ok, state = self.store.transition(run_id, "running", ("dispatching",))
-            if not ok:
+            if not ok and state != "done":  # done: a small run's items were run and aggregated before this line
                 raise self.stopped_error(run_id, state)
         except KeyboardInterrupt:
             raise Interrupted(f"interrupted while dispatching run {run_id} ({sent:,} batches sent, they run on): "
@@ -341,6 +343,9 @@ class CeleryBackend:
         if said == "full":
             say(f"run {run_id}: Redis has room again; the run goes on ({p.done:,}/{p.total:,} done)")
             said = None
+        if quiet_s >= self.settings.stall_notice_s:
+            self._slots_notice(run_id, p)
+            self._queue_notice(run_id, p)
         if quiet_s < self.settings.stall_notice_s or not p.executed:
             self._suspects.pop(run_id, None)
             return said if said != "stalled" else None
@@ -357,6 +362,43 @@ class CeleryBackend:
                     "dispatches them")
             return "stalled"
         return said
+
+    def fleet_slots(self, run_id: str) -> str | None:
+        """Who holds the run's ``--concurrency`` slots (None: the run has no cap, or none is held)."""
+        cap = ((self._meta.get(run_id) or self.meta(run_id)).get("options") or {}).get("max_in_flight")
+        if not cap:
+            return None
+        from .leases import describe
+
+        return describe(self.store.r, f"run:{run_id}", int(cap))
+
+    def _slots_notice(self, run_id: str, p: Progress) -> None:
+        """A quiet run with a ``--concurrency`` cap: say who holds its slots (each distinct holding once)."""
+        note = self.fleet_slots(run_id)
+        if note and self._slots_said.get(run_id) != note.split(" (")[0]:
+            self._slots_said[run_id] = note.split(" (")[0]
+            say(f"run {run_id} ({p.done:,}/{p.total:,} done) waits for its fleet slots: {note}")
+
+    def _queue_notice(self, run_id: str, p: Progress) -> None:
+        """A quiet run whose batches sit on a queue no live worker consumes: say which queue and which
+        pool to start (once per queue)."""
+        from .broker_scan import consumed_queues, queued_per_queue
+        from .spawn import _client, spawn_broker_url
+
+        waiting = queued_per_queue(self.store.r, run_id, ("provider", "judge", "aggregate"))
+        url = spawn_broker_url(self.settings)
+        spawn_r = self.store.r if url == self.settings.broker_url else _client(url)
+        waiting.update(queued_per_queue(spawn_r, run_id, ("spawn",)))
+        live = consumed_queues(self.store.r)
+        if live is None:
+            return
+        said = self._queues_said.setdefault(run_id, set())
+        for queue, n in sorted(waiting.items()):
+            if queue not in live and queue not in said:
+                said.add(queue)
+                say(f"run {run_id} ({p.done:,}/{p.total:,} done): {n:,} task(s) wait on the '{queue}' queue and no "
+                    f"live worker consumes it: start 'evalfarm worker --pool {queue}' (or --pool all, which serves "
+                    "provider, judge, aggregate and spawn)")
 
     def _late_cancel_notice(self, run_id: str) -> None:
         meta = self.store.get_meta(run_id) or {}
@@ -425,8 +467,11 @@ class CeleryBackend:
         try:
             if not meta.get("planned"):
                 raise self._fail_planning(run_id, meta)
-            ok, state = self.store.transition(run_id, "dispatching", ("dispatching", "running", "cancelled"),
-                                              resumed=int(meta.get("resumed", 0)) + 1)
+            resumable = ("dispatching", "running", "cancelled") + (("failed",) if meta.get("spend_lost") else ())
+            ok, state = self.store.transition(run_id, "dispatching", resumable, resumed=int(meta.get("resumed", 0)) + 1, failure=None,
+                                              spend_lost=False)
+            if ok and meta.get("spend_lost"):  # the user checked: workers take the records as they are now
+                self.store.r.hincrby(f"ef:run:{run_id}:counts", "spend_epoch", 1)
             if not ok:
                 if state == "done" or self.store.report_size(run_id):
                     self.store.release_lock(run_id, LOCK, token)

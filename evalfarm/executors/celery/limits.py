@@ -1,15 +1,16 @@
 """Fleet-wide provider limits in Redis: calls in flight, requests per minute, 429 pauses.
 
-Each call takes a slot with one Lua script (atomic across every worker): it
-waits while the endpoint is paused, while ``max_in_flight`` leases are held, or
-until the GCRA rate allows the next request. Leases expire, so a SIGKILLed
-worker cannot hold slots forever. A 429 with Retry-After sets the pause key for
-the whole fleet. With no limits configured a call never touches Redis: a
-background task on the worker's loop reads the pause key every 200 ms while calls
-are being made, and a Redis outage there only logs (calls go on with this
-worker's own pause state). Where Redis is on the call path (a fleet-wide
-``max_in_flight`` or rate), a Redis error is an ``InfrastructureError``: the item
-stays unfinished and its batch is retried, it never becomes the item's outcome.
+Calls in flight (an endpoint's ``max_in_flight``, a run's ``--concurrency``) are leases
+(leases.py): each worker process holds a count of slots under one lease, renewed by one task per
+process, so a call takes a slot without a Redis round trip and a dead or stopped worker's slots
+return within the lease (10 s). The rate (GCRA) is one Lua call per request through the worker's
+bounded connection pool (redis_tls.py: a call waits for a connection, it never fails for want of
+one). A 429 with Retry-After sets the pause key for the whole fleet; a background task on the
+worker's loop reads it every 200 ms while calls are being made, and a Redis outage there only logs
+(calls go on with this worker's own pause state). With no limits configured a call never touches
+Redis. Where Redis is on the call path (a rate, or a new slot while none is held), a Redis error
+is an ``InfrastructureError``: the item stays unfinished and its batch is retried, it never
+becomes the item's outcome.
 """
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import asyncio
 import contextlib
 import random
 import time
-import uuid
 from typing import AsyncIterator
 
 import redis
@@ -25,6 +25,7 @@ import redis
 from ...errors import InfrastructureError
 from ...logs import get_logger
 from ...providers.limits import Limits, LocalLimiter, set_limiter_factory
+from .leases import keeper_for
 from .redis_tls import async_client
 
 log = get_logger("evalfarm.limits")
@@ -32,27 +33,16 @@ POLL_S = 0.2  # how often the fleet-wide pause is read while calls are made
 POLL_IDLE_S = 5.0  # the reader stops after this long without a call (and starts again with the next)
 POLL_TIMEOUT_S = 2.0  # a read that hangs (a partition) is given up; the next one tries again
 
-_ACQUIRE = """
--- KEYS: pause, inflight (zset token->lease expiry ms), gcra (tat ms)
--- ARGV: token, max_in_flight, interval_ms, burst_ms, lease_ms ; returns ms to wait, 0 = acquired
+_RATE = """
+-- KEYS: gcra (tat ms) ; ARGV: interval_ms, burst_ms ; returns ms to wait, 0 = the request may go
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local p = redis.call('PTTL', KEYS[1])
-if p > 0 then return p end
-local maxf = tonumber(ARGV[2])
-if maxf > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  if redis.call('ZCARD', KEYS[2]) >= maxf then return 25 end
-end
-local interval = tonumber(ARGV[3])
-if interval > 0 then
-  local tat = tonumber(redis.call('GET', KEYS[3]) or now)
-  if tat < now then tat = now end
-  local allow_at = tat + interval - tonumber(ARGV[4])
-  if allow_at > now then return allow_at - now end
-  redis.call('SET', KEYS[3], tat + interval, 'PX', math.floor(tat + interval - now + 60000))
-end
-if maxf > 0 then redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), ARGV[1]) end
+local interval = tonumber(ARGV[1])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+local allow_at = tat + interval - tonumber(ARGV[2])
+if allow_at > now then return allow_at - now end
+redis.call('SET', KEYS[1], tat + interval, 'PX', math.floor(tat + interval - now + 60000))
 return 0
 """
 
@@ -67,9 +57,9 @@ return 1
 class RedisLimiter:
     """Fleet-wide limits for one (endpoint, key); the process cap still applies locally."""
 
-    def __init__(self, url: str, eid: str, limits: Limits, lease_s: float = 660.0) -> None:
-        self.url, self.eid, self.limits, self.lease_ms = url, eid, limits, int(lease_s * 1000)
-        self.keys = [f"ef:lim:{eid}:pause", f"ef:lim:{eid}:inflight", f"ef:lim:{eid}:gcra"]
+    def __init__(self, url: str, eid: str, limits: Limits) -> None:
+        self.url, self.eid, self.limits = url, eid, limits
+        self.keys = [f"ef:lim:{eid}:pause", f"ef:lim:{eid}:gcra"]
         rpm = limits.requests_per_minute or 0
         self.interval_ms = 60000.0 / rpm if rpm else 0
         self.burst_ms = max(1, rpm // 60) * self.interval_ms if rpm else 0
@@ -110,41 +100,48 @@ class RedisLimiter:
                                 effect="calls go on with this worker's own 429 pauses until Redis answers again")
             await asyncio.sleep(POLL_S)
 
+    async def _wait_pause(self) -> None:
+        wait = self._paused_until - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         async with self.local.slot():
+            self._watch_pause()
+            await self._wait_pause()
             if not self.enforced:
-                self._watch_pause()
-                wait = self._paused_until - time.monotonic()
-                if wait > 0:
-                    await asyncio.sleep(wait)
                 yield
                 return
             async with self.fleet_slot():
+                await self._wait_pause()  # a pause seen while this call waited for its slot
                 yield
 
     @contextlib.asynccontextmanager
     async def fleet_slot(self) -> AsyncIterator[None]:
-        """The fleet-wide part alone: a lease under ``max_in_flight`` and the rate, across every worker."""
-        r = self._redis()
-        token = uuid.uuid4().hex
-        while True:
-            try:
-                wait_ms = await r.eval(_ACQUIRE, 3, *self.keys, token, self.limits.max_in_flight or 0,
-                                       self.interval_ms, self.burst_ms, self.lease_ms)
-            except (redis.exceptions.RedisError, OSError) as exc:
-                raise self._infra(exc, "taking a slot") from exc
-            if int(wait_ms) <= 0:
-                break
-            await asyncio.sleep(min(float(wait_ms), 5000) / 1000 * (1 + random.uniform(0, 0.1)))
+        """The fleet-wide part alone: a slot under ``max_in_flight`` and the rate, across every worker."""
+        cap = None
+        if self.limits.max_in_flight:
+            keeper = keeper_for(self.url)
+            cap = keeper.cap(self.eid, int(self.limits.max_in_flight))
+            await keeper.acquire(cap)
         try:
+            if self.interval_ms:
+                await self._rate()
             yield
         finally:
-            if self.limits.max_in_flight:
-                try:
-                    await r.zrem(self.keys[1], token)
-                except (redis.exceptions.RedisError, OSError) as exc:  # the lease expires by itself
-                    log.warning("fleet_slot_release_failed", endpoint=self.eid, error=f"{type(exc).__name__}: {exc}")
+            if cap is not None:
+                keeper.release(cap)
+
+    async def _rate(self) -> None:
+        while True:
+            try:
+                wait_ms = await self._redis().eval(_RATE, 1, self.keys[1], self.interval_ms, self.burst_ms)
+            except (redis.exceptions.RedisError, OSError) as exc:
+                raise self._infra(exc, "asking the rate") from exc
+            if int(wait_ms) <= 0:
+                return
+            await asyncio.sleep(min(float(wait_ms), 5000) / 1000 * (1 + random.uniform(0, 0.1)))
 
     async def pause(self, seconds: float) -> None:
         """This worker pauses at once; the fleet through Redis (if Redis cannot take it, the 429

@@ -17,10 +17,16 @@ Prometheus conventions: counters end in ``_total``, durations are ``_seconds``, 
 
 An adapter's series exist at zero from its first call in the process on (``prepare``), so
 ``increase()`` counts its first run too.
+
+Label values that come from specs (adapter ids, endpoints) are untrusted and unbounded: each metric
+keeps the first ``EVALFARM_METRICS_LABEL_CAP`` (200) values it meets in the process and counts the
+rest under ``other``, so totals stay exact and /metrics stays small (5,000 adapters made a worker's
+/metrics 125,025 lines, 9.8 MB, for the worker's life).
 """
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -55,6 +61,46 @@ def _label(value: Any, limit: int = 120) -> str:
     return (value if isinstance(value, str) else str(value))[:limit]
 
 
+OTHER = "other"  # every spec-derived label value past a metric's cap
+
+
+def label_cap() -> int:
+    from ...envvars import env_int
+
+    return env_int("EVALFARM_METRICS_LABEL_CAP", 200, 1, 100000) or 200
+
+
+class _Capped:
+    """The first ``cap`` values of one metric's spec-derived label, then ``other``."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.cap: int | None = None
+        self.lock = threading.Lock()
+
+    def __call__(self, value: Any) -> str:
+        v = _label(value)
+        if v in self.seen:
+            return v
+        with self.lock:
+            if self.cap is None:
+                self.cap = label_cap()
+            if len(self.seen) < self.cap:
+                self.seen.add(v)
+                return v
+        return OTHER
+
+
+_CAPS: dict[str, _Capped] = {}
+
+
+def capped(metric: str, value: Any) -> str:
+    c = _CAPS.get(metric)
+    if c is None:
+        c = _CAPS.setdefault(metric, _Capped())
+    return c(value)
+
+
 def _money(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         return 0.0
@@ -75,37 +121,37 @@ def status_of(outcome: dict[str, Any]) -> str:
 def record_outcome(outcome: dict[str, Any]) -> None:
     """Count one finished item (an ``Outcome.to_dict()``): its status, failure mode, spend, tokens.
     Call it once per item, where the item is recorded in the run store."""
-    adapter = _label(outcome.get("adapter", "?"))
+    raw = outcome.get("adapter", "?")
     status = status_of(outcome)
     mode = outcome.get("failure_mode") or ("none" if status == "passed" else "unclassified")
-    ITEMS.labels(adapter, status, _label(mode, 40)).inc()
+    ITEMS.labels(capped("items", raw), status, _label(mode, 40)).inc()
     for kind, cost, t_in, t_out in (("model", "cost_usd", "input_tokens", "output_tokens"),
                                     ("judge", "judge_cost_usd", "judge_input_tokens", "judge_output_tokens")):
         usd = _money(outcome.get(cost))
         if usd:
-            SPEND.labels(adapter, kind).inc(usd)
+            SPEND.labels(capped("spend", raw), kind).inc(usd)
         for direction, field in (("in", t_in), ("out", t_out)):
             n = _tokens(outcome.get(field))
             if n:
-                TOKENS.labels(adapter, kind, direction).inc(n)
+                TOKENS.labels(capped("tokens", raw), kind, direction).inc(n)
 
 
 def observe_call(adapter: str, seconds: float) -> None:
     """One adapter call's latency (engine.observe.calling says which figure)."""
     if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0:
-        LATENCY.labels(_label(adapter)).observe(seconds)
+        LATENCY.labels(capped("latency", adapter)).observe(seconds)
 
 
 def record_pause(endpoint: str, seconds: float) -> None:
     """A 429 made this process pause ``endpoint`` (fleet-wide) for ``seconds``."""
-    PAUSES.labels(_label(endpoint)).inc()
+    PAUSES.labels(capped("pauses", endpoint)).inc()
     if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
-        PAUSE_SECONDS.labels(_label(endpoint)).inc(seconds)
+        PAUSE_SECONDS.labels(capped("pause_seconds", endpoint)).inc(seconds)
 
 
 def record_retry(adapter: str, n: int = 1) -> None:
     if n > 0:
-        RETRIES.labels(_label(adapter)).inc(n)
+        RETRIES.labels(capped("retries", adapter)).inc(n)
 
 
 def set_queue_depth(pool: str, depth: int) -> None:
@@ -121,19 +167,21 @@ def prepare(adapter: str) -> None:
     a = _label(adapter)
     if a in _PREPARED:
         return
-    _PREPARED.add(a)
-    ITEMS.labels(a, "passed", "none")
-    ITEMS.labels(a, "errored", "runtime_error")
+    if len(_PREPARED) < label_cap() + 1:  # the capped values and ``other``
+        _PREPARED.add(a)
+    i = capped("items", a)
+    ITEMS.labels(i, "passed", "none")
+    ITEMS.labels(i, "errored", "runtime_error")
     for mode in MODES:
         if mode != "runtime_error":
-            ITEMS.labels(a, "failed", mode)
+            ITEMS.labels(i, "failed", mode)
     for kind in ("model", "judge"):
-        SPEND.labels(a, kind)
+        SPEND.labels(capped("spend", a), kind)
         for direction in ("in", "out"):
-            TOKENS.labels(a, kind, direction)
-    RETRIES.labels(a)
-    LATENCY.labels(a)
-    IN_FLIGHT.labels(a)
+            TOKENS.labels(capped("tokens", a), kind, direction)
+    RETRIES.labels(capped("retries", a))
+    LATENCY.labels(capped("latency", a))
+    IN_FLIGHT.labels(capped("in_flight", a))
 
 
 _PREPARED: set[str] = set()
@@ -160,7 +208,7 @@ class PrometheusObserver:
     def in_flight(self, adapter: str, delta: int) -> None:
         if delta > 0:
             prepare(adapter)
-        IN_FLIGHT.labels(_label(adapter)).inc(delta)
+        IN_FLIGHT.labels(capped("in_flight", adapter)).inc(delta)
 
     def retry(self, adapter: str) -> None:
         record_retry(adapter)

@@ -58,8 +58,22 @@ def split_tls(url: str | None) -> tuple[str | None, dict[str, Any]]:
 _ASYNC_CLIENTS: dict[tuple[int, str], object] = {}
 
 
+def pool_size() -> int:
+    """Connections of a process's async Redis client, from the calls it may have in flight
+    (``EVALFARM_MAX_IN_FLIGHT``, ``--concurrency`` in process): half of them, 8 to 64.
+    ``EVALFARM_REDIS_CONNECTIONS`` sets it. Fleet slots use one connection per process whatever
+    the calls (leases.py); the rest is the spend check and cache reads, a few hundred microseconds each."""
+    from ...envvars import env_int
+    from ...providers.limits import process_in_flight
+
+    size = env_int("EVALFARM_REDIS_CONNECTIONS", None, 2, 10000)
+    return size or max(8, min(64, process_in_flight() // 2))
+
+
 def async_client(url: str):
-    """One redis.asyncio client per (event loop, URL), with the same TLS options as the broker."""
+    """One redis.asyncio client per (event loop, URL), with the same TLS options as the broker, on a
+    bounded blocking pool: a command waits for a free connection, it never fails for want of one
+    (redis-py 8's default pool raises ``MaxConnectionsError`` past 100 connections)."""
     import asyncio
 
     import redis.asyncio as aredis
@@ -68,9 +82,11 @@ def async_client(url: str):
     client = _ASYNC_CLIENTS.get(key)
     if client is None:
         plain, tls = split_tls(url)
-        client = _ASYNC_CLIENTS[key] = aredis.Redis.from_url(
-            plain, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S, socket_keepalive=True,
-            socket_keepalive_options=KEEPALIVE, **tls)
+        pool = aredis.BlockingConnectionPool.from_url(
+            plain, max_connections=pool_size(), timeout=None, socket_timeout=SOCKET_TIMEOUT_S,
+            socket_connect_timeout=SOCKET_TIMEOUT_S, socket_keepalive=True, socket_keepalive_options=KEEPALIVE,
+            **tls)
+        client = _ASYNC_CLIENTS[key] = aredis.Redis(connection_pool=pool)
     return client
 
 

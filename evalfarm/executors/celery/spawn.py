@@ -221,3 +221,66 @@ def spawn_worker_app(settings: FarmSettings, pool: Pool, allow_unsandboxed: bool
     register_spawn(app, settings, spawn)
     prune("worker start")
     return app
+
+
+COMPANION_POLL_S = 1.0
+
+
+def spawn_queue_depth(r) -> int:
+    """Messages waiting on the spawn queue (its priority lists included)."""
+    from .broker_scan import PRIORITY_SEP as sep
+
+    pipe = r.pipeline(transaction=False)
+    for k in ["spawn"] + [f"spawn{sep}{p}" for p in range(1, 10)]:
+        pipe.llen(k)
+    return sum(int(n) for n in pipe.execute())
+
+
+def spawn_companion(settings: FarmSettings, loglevel: str, poll_s: float = COMPANION_POLL_S) -> threading.Thread:
+    """``worker --pool all`` serves the spawn queue too: the spawn pool has its own broker (maybe), time
+    limits and visibility timeout, so it runs as a child ``worker --pool spawn``, started the first time a
+    spawn task waits (a farm without agents never pays for it) and stopped with this worker (the child
+    gets SIGTERM when its parent dies: PR_SET_PDEATHSIG)."""
+    import atexit
+    import signal
+    import subprocess
+    import sys
+
+    url = spawn_broker_url(settings)
+    child: list[subprocess.Popen] = []
+
+    def pdeathsig() -> None:
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+    def stop() -> None:
+        for p in child:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+    def loop() -> None:
+        r = _client(url)
+        while True:
+            try:
+                if (not child or child[0].poll() is not None) and spawn_queue_depth(r) > 0:
+                    child[:] = [subprocess.Popen([sys.executable, "-m", "evalfarm.cli", "worker", "--pool", "spawn",
+                                                  "--broker", settings.broker_url, "--loglevel", loglevel],
+                                                 preexec_fn=pdeathsig)]
+                    log.warning("spawn_worker_started", pid=child[0].pid, why="a spawn task waits and this worker "
+                                "runs --pool all (provider, judge, aggregate and spawn)")
+            except redis.exceptions.RedisError:
+                pass  # the broker away for a moment: the next poll tries again
+            time.sleep(poll_s)
+
+    atexit.register(stop)
+    thread = threading.Thread(target=loop, name="evalfarm-spawn-companion", daemon=True)
+    thread.start()
+    return thread

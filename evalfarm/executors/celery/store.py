@@ -27,10 +27,10 @@ from .redis_tls import KEEPALIVE, SOCKET_TIMEOUT_S, split_tls
 RUNS_INDEX = "ef:runs"
 PLANNING_TTL_S = 600  # a plan being stored expires this long after its last chunk unless completed
 PLAN_PARTS = ("meta", "state", "items", "order", "prompts")
-DATA_PARTS = ("items", "order", "prompts", "results", "rmeta", "counts", "pending", "report:head",
+DATA_PARTS = ("items", "order", "prompts", "results", "rmeta", "counts", "spend", "pending", "report:head",
               "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary", "blob:markdown")
 # every key of a run (claims and blobs by name): expire_run touches these and nothing else
-PARTS = ("meta", "state", "items", "order", "prompts", "results", "rmeta", "counts", "pending", "report:head",
+PARTS = ("meta", "state", "items", "order", "prompts", "results", "rmeta", "counts", "spend", "pending", "report:head",
          "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary", "blob:markdown", "lock:resume")
 
 

@@ -130,7 +130,9 @@ def context_for(store: RunStore, run_id: str, store_url: str | None, blob_dir: s
 
 
 def _cancelled(store: RunStore, run_id: str) -> bool:
-    return store.get_state(run_id) == "cancelled"
+    """Cancelled, or stopped (failed: e.g. its spend records were lost): a batch is dropped, and
+    ``resume`` dispatches its items again."""
+    return store.get_state(run_id) in ("cancelled", "failed")
 
 
 def _record(store: RunStore, ctx: RunContext, run_id: str, outcomes: list[Outcome],
