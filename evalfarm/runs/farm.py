@@ -114,7 +114,7 @@ def start_worker(pool: str, *, concurrency: int | None, broker: str | None, logl
     if pool == "all":  # 'all' means all: spawn in a child 'worker --pool spawn' when a spawn task waits
         from ..executors.celery.spawn import spawn_companion
 
-        spawn_companion(settings, loglevel)
+        spawn_companion(settings, loglevel, allow_unsandboxed=allow_unsandboxed)
     app.conf.worker_send_task_events = events
     # heartbeats on (Flower and `celery events` see the worker alive); no gossip (every worker would
     # consume every other worker's events) and no mingle (a start-up round trip to the others)

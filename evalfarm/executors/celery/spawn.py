@@ -236,7 +236,8 @@ def spawn_queue_depth(r) -> int:
     return sum(int(n) for n in pipe.execute())
 
 
-def spawn_companion(settings: FarmSettings, loglevel: str, poll_s: float = COMPANION_POLL_S) -> threading.Thread:
+def spawn_companion(settings: FarmSettings, loglevel: str, poll_s: float = COMPANION_POLL_S,
+                    allow_unsandboxed: bool = False) -> threading.Thread:
     """``worker --pool all`` serves the spawn queue too: the spawn pool has its own broker (maybe), time
     limits and visibility timeout, so it runs as a child ``worker --pool spawn``, started the first time a
     spawn task waits (a farm without agents never pays for it) and stopped with this worker (the child
@@ -272,7 +273,8 @@ def spawn_companion(settings: FarmSettings, loglevel: str, poll_s: float = COMPA
             try:
                 if (not child or child[0].poll() is not None) and spawn_queue_depth(r) > 0:
                     child[:] = [subprocess.Popen([sys.executable, "-m", "evalfarm.cli", "worker", "--pool", "spawn",
-                                                  "--broker", settings.broker_url, "--loglevel", loglevel],
+                                                  "--broker", settings.broker_url, "--loglevel", loglevel,
+                                                  *(["--allow-unsandboxed"] if allow_unsandboxed else [])],
                                                  preexec_fn=pdeathsig)]
                     log.warning("spawn_worker_started", pid=child[0].pid, why="a spawn task waits and this worker "
                                 "runs --pool all (provider, judge, aggregate and spawn)")
