@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # test processes (pytest-xdist); the tests mostly wait on real servers and subprocesses: 4 fit 2 cores
 TEST_WORKERS ?= 4
 
-.PHONY: demo test bench venv clean redis-server agents agents-all test-agents
+.PHONY: demo test bench venv clean redis-server bubblewrap agents agents-all test-agents
 
 # the demo needs only the package; the tests add their extras on top. Both install the exact versions of
 # the lock files (hashes checked), then the package itself without dependencies; compileall because these
@@ -57,6 +57,7 @@ demo: $(BIN)/.installed-run
 
 test: venv agents
 	@command -v redis-server >/dev/null 2>&1 || $(MAKE) --no-print-directory redis-server
+	@command -v bwrap >/dev/null 2>&1 || $(MAKE) --no-print-directory bubblewrap
 	@command -v chromium >/dev/null 2>&1 || $(MAKE) --no-print-directory chromium
 	@command -v promtool >/dev/null 2>&1 || $(MAKE) --no-print-directory promtool
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
@@ -66,6 +67,12 @@ redis-server:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server; \
 	else echo "make test needs redis-server on PATH: apt install redis-server (or brew install redis)"; exit 2; fi
+
+# Agent tasks run sealed by bubblewrap (isolation: sandbox, the default; evalfarm/agents/jail.py).
+bubblewrap:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap; \
+	else echo "agent tasks run in a bubblewrap sandbox: apt install bubblewrap (or set isolation: none)"; exit 2; fi
 
 # tests/test_prometheus_rules.py checks deploy/prometheus/alerts.yml with promtool, which Debian ships in
 # its `prometheus` package (no server is started: the package's service stays off without systemd).

@@ -20,7 +20,7 @@ trace     append "start <pid> <time>" to the file ARG, sleep ARG2 seconds (with 
 git       [LOG SECONDS] like trace (when given), then edit, `git add -A` and `git commit` in its worktree
           (its own index and HEAD)
 prompt    PROMPT: the mode and its arguments are the last line of PROMPT (spawn tests put them in the task)
-netprobe  GET ARG (the model endpoint's /models), connect to 127.0.0.1:ARG2 and to 10.255.255.1:80,
+netprobe  GET ARG (the model endpoint's /models; sandboxed: $EVALFARM_MODEL_BASE_URL/models), connect to 127.0.0.1:ARG2 and to 10.255.255.1:80,
           resolve example.com; what reached what goes into final_message as JSON; then like ok
 """
 import json
@@ -48,8 +48,11 @@ def edit() -> None:
 
 def probe(models_url: str, other_port: int) -> dict:
     out = {}
+    if os.environ.get("EVALFARM_MODEL_BASE_URL"):  # sandboxed: the task's relay, with the task's token
+        models_url = os.environ["EVALFARM_MODEL_BASE_URL"].rstrip("/") + "/models"
+    req = urllib.request.Request(models_url, headers={"Authorization": "Bearer " + os.environ.get("EVAL_API_KEY", "")})
     try:
-        with urllib.request.urlopen(models_url, timeout=5) as r:
+        with urllib.request.urlopen(req, timeout=5) as r:
             out["model"] = r.status
     except Exception as exc:  # noqa: BLE001
         out["model"] = f"{type(exc).__name__}: {exc}"

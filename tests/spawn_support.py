@@ -70,12 +70,20 @@ def outcomes_by_prompt(report: dict) -> dict[str, list[dict]]:
     return out
 
 
+# what the fake agent needs inside a sandbox (read-only): its script and this Python (a pyenv or venv one
+# lives outside /usr); a spawn worker binds nothing else of a template's
+SANDBOX_PATHS = ":".join(dict.fromkeys([str(ROOT / "tests"), sys.base_prefix, sys.prefix]))
+# tests whose fake agent writes traces or pid files outside its worktree opt out of the sandbox
+UNSANDBOXED = {"isolation": "none"}
+
+
 def spawn_env(tmp: Path, **extra: str) -> dict[str, str]:
     """What every process of a spawn test shares: its own sandbox dir and blob dir."""
-    env = {"EVALFARM_SPAWN_DIR": str(tmp / "spawn"), "EVALFARM_BLOB_DIR": str(tmp / "blobs")}
+    env = {"EVALFARM_SPAWN_DIR": str(tmp / "spawn"), "EVALFARM_BLOB_DIR": str(tmp / "blobs"),
+           "EVALFARM_SANDBOX_PATHS": SANDBOX_PATHS}
     env.update(extra)
     return env
 
 
-__all__ = ["FAKE", "FAKE_TEMPLATE", "assert_clean", "fake_adapter", "git", "make_repo", "outcomes_by_prompt",
+__all__ = ["FAKE", "FAKE_TEMPLATE", "UNSANDBOXED", "assert_clean", "fake_adapter", "git", "make_repo", "outcomes_by_prompt",
            "pid_alive", "report_of", "spawn_dirs", "spawn_env", "wait_for", "worktrees", "write_spec"]

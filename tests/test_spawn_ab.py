@@ -18,8 +18,9 @@ from spawn_support import assert_clean, fake_adapter, make_repo, spawn_env
 KEY = {"ANTHROPIC_API_KEY": "sk-test-anthropic-0123456789"}
 
 
-def write_suite(tmp_path, repo, adapters=None, n: int = 2, prompt: str = "Change the greeting in hello.py") -> str:
-    suite = {"name": "greet", "repo": str(repo), "base": "main",
+def write_suite(tmp_path, repo, adapters=None, n: int = 2, prompt: str = "Change the greeting in hello.py",
+                **extra) -> str:
+    suite = {"name": "greet", "repo": str(repo), "base": "main", **extra,
              "tasks": [{"id": f"t{i}", "prompt": prompt, "check": "python3 hello.py | grep -qx 'hello, world'"}
                        for i in range(n)]}
     if adapters:
@@ -129,7 +130,8 @@ def test_ctrl_c_during_an_ab_in_this_process_compares_nothing_and_says_so(tmp_pa
 
     repo = make_repo(tmp_path / "repo")
     trace = tmp_path / "trace.log"
-    suite = write_suite(tmp_path, repo, adapters=[fake_adapter()], n=2, prompt=f"trace {trace} 60")
+    # the fake agent's trace file is outside its worktree: unsandboxed (the sandboxed Ctrl-C is test_spawn_spec's)
+    suite = write_suite(tmp_path, repo, adapters=[fake_adapter()], n=2, prompt=f"trace {trace} 60", isolation="none")
     proc = subprocess.Popen([*EVALFARM, "ab", "--suite", suite, "--arm-a", "balanced", "--arm-b", "terse",
                              "--executor", "spawn", "--price", "3,15"], cwd=tmp_path,
                             env=env_for(**spawn_env(tmp_path)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,

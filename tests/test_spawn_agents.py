@@ -44,8 +44,12 @@ def check_run(report: dict, agent: str, server, since: int) -> dict:
         assert info["models"] == [MODELS[agent]] and info["model_pin_ok"] is True
     else:  # codex reports no cost: priced from the adapter's price
         assert info["cost_source"] == "price" and out["cost_usd"] == pytest.approx((4500 * 1.25 + 90 * 10) / 1e6)
-    print(f"{agent} {info['version']}: wall {info['wall_s']:.2f} s per task, tokens parsed "
-          f"{out['input_tokens']}/{out['output_tokens']} = sent {sent_in}/{sent_out}, cost {out['cost_usd']:.6f} USD "
+    relay = info.get("relay")
+    if info["isolation"] == "sandbox":  # the relay counted on the wire what the server sent
+        assert (relay["input_tokens"], relay["output_tokens"]) == (sent_in, sent_out) and relay["matches_agent"], relay
+    print(f"{agent} {info['version']}: wall {info['wall_s']:.2f} s per task ({info['isolation']}), tokens parsed "
+          f"{out['input_tokens']}/{out['output_tokens']} = sent {sent_in}/{sent_out} = relay "
+          f"{relay and (relay['input_tokens'], relay['output_tokens'])}, cost {out['cost_usd']:.6f} USD "
           f"({info['cost_source']})")
     return out
 
@@ -85,12 +89,12 @@ def test_real_agent_in_a_network_namespace(tmp_path, agent, agent_server):
     installed(agent)
     repo = make_repo(tmp_path / "repo")
     server = agent_server(EDIT_SCRIPT)
-    spec = agent_spec(tmp_path, repo, agent, server.url, isolation="netns")
+    spec = agent_spec(tmp_path, repo, agent, server.url, isolation="netns")  # the old name of sandbox
     since = last_seq(server)
     res = run_cli("run", str(spec), "--json", "--no-save", cwd=tmp_path, timeout=300, **spawn_env(tmp_path), **KEYS)
     assert res.returncode == 0, res.stderr
     out = check_run(report_of(res), agent, server, since)
-    assert out["agent"]["isolation"] == "netns"
+    assert out["agent"]["isolation"] == "sandbox"
     assert_clean(repo, tmp_path / "spawn")
 
 
@@ -106,7 +110,7 @@ def test_netns_reaches_the_model_port_and_nothing_else(tmp_path, agent_server):
     listener.listen(8)
     try:
         results = {}
-        for isolation in ("worktree", "netns"):
+        for isolation in ("none", "sandbox"):
             spec = write_spec(tmp_path / f"{isolation}.yaml", repo, [
                 {"id": "probe", "text": f"netprobe {server.url}/models {other}", "check": "true"}],
                 adapters=[{"id": "fake", "provider": "agent", "agent": "command", "template": FAKE_TEMPLATE,
@@ -118,8 +122,8 @@ def test_netns_reaches_the_model_port_and_nothing_else(tmp_path, agent_server):
             results[isolation] = json.loads(out["output"])
     finally:
         listener.close()
-    assert results["worktree"]["model"] == 200 and results["worktree"]["other_port"] == "connected"
-    inside = results["netns"]
+    assert results["none"]["model"] == 200 and results["none"]["other_port"] == "connected"
+    inside = results["sandbox"]
     assert inside["model"] == 200  # the model endpoint, through the relay
     assert inside["other_port"].startswith("ConnectionRefusedError")  # the host's loopback is not this one
     assert inside["outside"].startswith("OSError: [Errno 101] Network is unreachable")

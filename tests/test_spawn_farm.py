@@ -13,7 +13,7 @@ import redis
 
 from conftest import run_cli
 from spawn_support import (assert_clean, make_repo, outcomes_by_prompt, pid_alive, report_of, spawn_dirs, spawn_env,
-                           wait_for, worktrees, write_spec)
+                           UNSANDBOXED, wait_for, worktrees, write_spec)
 
 
 @pytest.fixture
@@ -34,8 +34,9 @@ def farm(tmp_path, redis_server, start_worker):
         url, spawn = main, spawn_url
 
         @staticmethod
-        def worker(concurrency: int = 2, **extra):
-            return start_worker(main, pool="spawn", concurrency=concurrency, **{**env, **extra})
+        def worker(concurrency: int = 2, unsandboxed: bool = False, **extra):
+            return start_worker(main, pool="spawn", concurrency=concurrency,
+                                extra_args=["--allow-unsandboxed"] if unsandboxed else None, **{**env, **extra})
 
         @staticmethod
         def cli(*args: str, timeout: float = 180, **extra):
@@ -52,8 +53,8 @@ def counts(url: str, run_id: str) -> dict[str, int]:
 def test_sigkill_mid_spawn_is_redelivered_pruned_at_the_next_worker_start_and_counted_once(tmp_path, repo, farm):
     trace = tmp_path / "trace.log"
     spec = write_spec(tmp_path / "spec.yaml", repo, [{"id": "slow", "text": f"trace {trace} 120 once",
-                                                      "check": "grep -q 'hello, world' hello.py"}])
-    first = farm.worker(concurrency=1)
+                                                      "check": "grep -q 'hello, world' hello.py"}], **UNSANDBOXED)
+    first = farm.worker(concurrency=1, unsandboxed=True)
     res = farm.cli("run", str(spec), "--detach")
     assert res.returncode == 0, res.stderr
     run_id = res.stdout.strip()
@@ -61,8 +62,8 @@ def test_sigkill_mid_spawn_is_redelivered_pruned_at_the_next_worker_start_and_co
     agent_pid = int(started[1])
     [stale] = spawn_dirs(tmp_path / "spawn")
     first.kill()  # SIGKILL the worker mid-spawn: its agent (its own session) goes on, orphaned
-    assert pid_alive(agent_pid) and len(worktrees(repo)) == 2
-    second = farm.worker(concurrency=1)
+    assert pid_alive(agent_pid) and worktrees(repo) == [str(repo)]  # a task's checkout is a clone, not a worktree
+    second = farm.worker(concurrency=1, unsandboxed=True)
     # the next worker's start pruned the dead run: agent killed, worktree and scratch dir gone
     assert not pid_alive(agent_pid)
     assert stale not in spawn_dirs(tmp_path / "spawn")
@@ -89,8 +90,8 @@ def test_hang_nonzero_exit_and_writes_outside_the_worktree(tmp_path, repo, farm)
         {"id": "hang", "text": f"hang {pids} stubborn", "timeout_s": 3, "check": "true"},
         {"id": "exit", "text": "exit", "check": "true"},
         {"id": "escape", "text": "escape", "check": "test ! -e ../escaped-parent.txt || true"},
-        {"id": "ok", "text": "ok", "check": "grep -q 'hello, world' hello.py"}])
-    farm.worker(concurrency=2, HOME=str(real_home), AWS_SECRET_ACCESS_KEY="aws-secret-123")
+        {"id": "ok", "text": "ok", "check": "grep -q 'hello, world' hello.py"}], **UNSANDBOXED)
+    farm.worker(concurrency=2, unsandboxed=True, HOME=str(real_home), AWS_SECRET_ACCESS_KEY="aws-secret-123")
     res = farm.cli("run", str(spec), "--json", "--no-save")
     assert res.returncode in (0, 1), res.stderr
     by = outcomes_by_prompt(report_of(res))
@@ -126,9 +127,9 @@ def test_two_workers_on_one_repo_own_broker_and_leases(tmp_path, repo, farm):
     n = 12
     spec = write_spec(tmp_path / "spec.yaml", repo, [
         {"id": f"t{i:02d}", "text": f"git {trace} 3", "check": "test \"$(git log -1 --format=%s)\" = 'fake agent edit'"}
-        for i in range(n)])
+        for i in range(n)], **UNSANDBOXED)
     for _ in range(2):
-        farm.worker(concurrency=2, EVALFARM_SPAWN_VISIBILITY_TIMEOUT="2")
+        farm.worker(concurrency=2, unsandboxed=True, EVALFARM_SPAWN_VISIBILITY_TIMEOUT="2")
     res = farm.cli("run", str(spec), "--detach", EVALFARM_SPAWN_VISIBILITY_TIMEOUT="2")
     assert res.returncode == 0, res.stderr
     run_id = res.stdout.strip()

@@ -18,7 +18,7 @@ from evalfarm.core.outcome import Outcome
 from evalfarm.core.plan import prompt_json
 from evalfarm.spec.models import AdapterSpec, EvalSpec, PromptSpec
 from spawn_support import (assert_clean, fake_adapter, git, make_repo, outcomes_by_prompt, report_of, spawn_env,
-                           worktrees, write_spec)
+                           UNSANDBOXED, worktrees, write_spec)
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def lines_of(path: Path, needle: str) -> int:
 
 @pytest.mark.parametrize("case", ["no repo", "not a repo", "unknown base", "unknown agent", "no agent", "no template",
                                   "no workspace", "mixed adapters", "check without agents", "url password",
-                                  "secret env", "netns no base_url", "key refused"])
+                                  "secret env", "unknown isolation", "key refused"])
 def test_bad_spawn_specs_stop_before_anything_runs(tmp_path, repo, case):
     (tmp_path / "plain").mkdir()
     spec = {"name": "bad", "workspace": {"repo": str(repo), "base": "main"}, "adapters": [fake_adapter()],
@@ -84,9 +84,9 @@ def test_bad_spawn_specs_stop_before_anything_runs(tmp_path, repo, case):
     elif case == "secret env":
         spec["workspace"]["env"] = ["AWS_SECRET_ACCESS_KEY"]
         field, expected = "- id: fake", "adapters[0]: workspace env AWS_SECRET_ACCESS_KEY looks like a secret"
-    elif case == "netns no base_url":
-        spec["workspace"]["isolation"] = "netns"
-        field, expected = "- id: fake", "adapters[0]: isolation netns needs the adapter's base_url"
+    elif case == "unknown isolation":
+        spec["workspace"]["isolation"] = "chroot"
+        field, expected = "isolation:", "workspace.isolation: Input should be 'sandbox' or 'none'"
     elif case == "key refused":
         spec["adapters"][0]["api_key_env"] = "WORKER_DB_PASSWORD"
         field, expected = "- id: fake", "adapters[0]: api_key_env WORKER_DB_PASSWORD is refused on this host"
@@ -141,7 +141,10 @@ def test_a_spawn_suite_and_a_spec_plan_the_same_items_and_the_check_decides(tmp_
     a, b = reports["suite.yaml"], reports["spec.yaml"]
     assert [o["key"] for o in a["outcomes"]] == [o["key"] for o in b["outcomes"]]  # the same items, the same keys
     commit = git(repo, "rev-parse", "main").strip()
-    assert a["workspace"] == b["workspace"] == {"repo": str(repo), "base": commit, "isolation": "worktree", "env": []}
+    assert a["workspace"] == b["workspace"] == {"repo": str(repo), "base": commit, "isolation": "sandbox", "env": [],
+                                                   "limits": {"memory_mb": 4096, "pids": 512, "cpu_s": 3600,
+                                                              "file_mb": 2048}, "max_tokens_per_task": None,
+                                                   "seeds": {}}
     by = outcomes_by_prompt(a)
     fixed, wrong = by["fixed"][0], by["wrong"][0]
     assert fixed["passed"] is True and fixed["error"] is None
@@ -212,7 +215,7 @@ def test_setup_runs_first_new_files_and_commits_are_in_the_diff_and_a_failed_set
 def test_agents_run_two_at_a_time_in_this_process(tmp_path, repo):
     trace = tmp_path / "trace.log"
     spec = write_spec(tmp_path / "spec.yaml", repo,
-                      [{"id": f"t{i}", "text": f"trace {trace} 1.0", "check": "true"} for i in range(6)])
+                      [{"id": f"t{i}", "text": f"trace {trace} 1.0", "check": "true"} for i in range(6)], **UNSANDBOXED)
     res = run(tmp_path, str(spec), "--json", "--no-save")
     assert res.returncode == 0, res.stderr
     events = sorted((float(t), 1 if kind == "start" else -1)
@@ -301,7 +304,7 @@ def test_ctrl_c_kills_the_running_agents_and_removes_their_worktrees(tmp_path, r
 
     trace = tmp_path / "trace.log"
     spec = write_spec(tmp_path / "spec.yaml", repo, [{"id": f"t{i}", "text": f"trace {trace} 60", "check": "true"}
-                                                     for i in range(3)])
+                                                     for i in range(3)], **UNSANDBOXED)
     proc = subprocess.Popen([*EVALFARM, "run", str(spec), "--no-save", "--json"], cwd=tmp_path,
                             env=env_for(**spawn_env(tmp_path)), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     starts = wait_for(lambda: trace.exists() and len(trace.read_text().splitlines()) == 2 and
@@ -321,7 +324,8 @@ def test_ctrl_c_kills_the_running_agents_and_removes_their_worktrees(tmp_path, r
 
 def test_agent_runs_are_never_served_from_the_cache(tmp_path, repo):
     trace = tmp_path / "trace.log"
-    spec = write_spec(tmp_path / "spec.yaml", repo, [{"id": "t", "text": f"trace {trace} 0", "check": "true"}])
+    spec = write_spec(tmp_path / "spec.yaml", repo, [{"id": "t", "text": f"trace {trace} 0", "check": "true"}],
+                      **UNSANDBOXED)
     for _ in range(2):
         res = run(tmp_path, str(spec), "--json", "--no-save", "--cache")
         assert res.returncode == 0, res.stderr

@@ -1,10 +1,14 @@
 """``provider: agent``: a coding agent as an adapter of the engine. One ``complete`` is one spawn task.
 
-A task runs in a throw-away worktree of the spec's workspace at its pinned commit, with a private
-HOME/XDG/TMPDIR and an allow-listed environment: ``setup`` (if any), the agent (its profile
-addendum is ``PromptSpec.system``), then the diff against the base (figures, and the patch stored
-content-addressed, blobs.py), then ``check`` (exit 0 passes; the output's tail kept, the whole of
-it stored). The sandbox goes afterwards, always.
+A task runs in a throw-away checkout (its own ``.git``) of the spec's workspace at its pinned
+commit, with a private HOME/XDG/TMPDIR and an allow-listed environment: ``setup`` (if any), the
+agent (its profile addendum is ``PromptSpec.system``), then the diff against the base (figures, and
+the patch stored content-addressed, blobs.py), then ``check`` (exit 0 passes; the output's tail
+kept, the whole of it stored). Under ``isolation: sandbox`` (the default) setup, agent and check run
+in the task's jail (jail.py) under its limits (limits.py), and the agent reaches the model only
+through the task's relay (model_relay.py), which holds the real key; the outcome records the
+isolation, the limits and what the task used, the relay's token counts and the deterministic
+envelope. The sandbox goes afterwards, always.
 
 The check's verdict reaches the item through ``Completion.meta["checks"]`` (the engine adds it to
 the text checks); usage, diff, check and versions through ``Completion.meta["agent"]`` (the item's
@@ -30,10 +34,13 @@ from ..core import failure
 from ..errors import InfrastructureError
 from ..redact import redact, register_secret_env
 from ..spec.models import AdapterSpec, PromptSpec, Workspace
-from . import blobs, netns, trajectory
+from . import blobs, jail, policy, trajectory
 from .base import AgentRequest, Price
 from .diff import capture
+from .detect import agents_dir
 from .errors import AgentOutputError, AgentSetupError, SandboxError
+from .limits import TaskLimits
+from .model_relay import TaskRelay
 from .registry import get_driver, resolve
 from .repos import local_repo
 from .runner import AgentRun, run_agent
@@ -42,6 +49,20 @@ from .shell import run_shell, shell_env
 
 CHECK_MIN_S = 60.0  # a check always gets at least this long, whatever the agent left of the budget
 ADAPTER_VERSION = 1
+# where an agent goes when the adapter names no base_url (the relay forwards there)
+DEFAULT_BASE_URLS = {"claude": "https://api.anthropic.com", "codex": "https://api.openai.com/v1",
+                     "gemini": "https://generativelanguage.googleapis.com", "opencode": "https://api.openai.com/v1",
+                     "aider": "https://api.openai.com/v1"}
+
+
+def envelope(seeds: dict[str, int] | None) -> dict[str, str]:
+    """The deterministic envelope every process of a task gets (and the outcome records): UTC, a fixed
+    locale, PYTHONHASHSEED (0 unless the suite names it) and the suite's other seeds."""
+    out = {"TZ": "UTC", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
+    out.update({k: str(v) for k, v in (seeds or {}).items()})
+    return out
+
+
 _SECRETISH = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|SESSION|COOKIE|PRIVATE", re.I)
 
 
@@ -124,17 +145,14 @@ class AgentAdapter:
 
     def preflight(self) -> None:
         """Before anything is queued: the agent is installed, its key variable and the workspace's env
-        are allowed here, netns can be made. Raises ValueError (one line; the engine adds the spec line)."""
+        are allowed here, a sandbox can be made (bwrap). Raises ValueError (one line; the engine adds the spec line)."""
         try:
             self._resolve()
             self._key_var()
             if self.workspace is not None:
                 allowed_env(self.workspace.env)
-                if self.workspace.isolation == "netns":
-                    if not self.spec.base_url:
-                        raise AgentSetupError("isolation netns needs the adapter's base_url (the one endpoint the "
-                                              "agent may reach)")
-                    why = netns.available()
+                if self.workspace.isolation == "sandbox":
+                    why = jail.available()
                     if why:
                         raise AgentSetupError(why)
         except (AgentSetupError, SandboxError) as exc:
@@ -171,6 +189,8 @@ class AgentAdapter:
                 state["cancelled"] = True
                 if "root" in state:
                     kill_processes_in(state["root"])
+                if state.get("limits") is not None:
+                    state["limits"].kill_all()
                 raise
             except InfrastructureError:
                 raise  # the run store or the broker: the item is redelivered, not retried here
@@ -194,49 +214,28 @@ class AgentAdapter:
         repo, commit = local_repo(ws.repo, ws.base)
         budget = prompt.timeout_s or self.timeout_s
         deadline = time.monotonic() + budget
+        sealed = ws.isolation == "sandbox"
         info: dict[str, Any] = {"agent": self.driver.name, "version": version, "model": self.spec.model,
                                 "isolation": ws.isolation, "base": commit}
+        if not sealed and policy.sandbox_required():
+            raise AgentRunError(policy.REFUSED, info)
+        if sealed:
+            why = jail.available()
+            if why:
+                raise AgentSetupError(why)
+        env_fixed = envelope(ws.seeds)
+        info["envelope"] = env_fixed
         with sandbox(repo, commit) as box:
             info["sandbox"] = box.root.name
             state["root"] = box.root
-            env = shell_env(box.scratch.env(), pass_env)
-            if prompt.setup:
-                setup = run_shell(prompt.setup, box.worktree, env, budget, box.scratch.private / "setup.out")
-                info["setup"] = {"exit_code": setup.exit_code, "timed_out": setup.timed_out, "wall_s": setup.wall_s}
-                if not setup.ok:
-                    why = f"timed out after {budget:g} s" if setup.timed_out else f"exit code {setup.exit_code}"
-                    info["infra"] = True  # the task's environment, not the agent: infra_failed (core/failure.py)
-                    raise AgentRunError(f"setup failed ({why}): {setup.last_line()}", info)
-            if state.get("cancelled"):
-                raise AgentRunError("cancelled before the agent started", info)
-            run = self._run_agent(prompt, box, binary, version, max(1.0, deadline - time.monotonic()), pass_env)
-            info.update(self._usage_info(run, self.spec.model))
-            info.update(trajectory.store(self.driver.name, run.stdout_path, self.blob_dir,
-                                         [os.environ.get(self.key_from, "")], self.spec.model, version,
-                                         prompt.text))
-            if run.timed_out:  # say the budget the user set, not what setup left of it
-                raise AgentRunError(f"{self.driver.name}: timed out after {budget:g} s (the task's timeout_s; "
-                                    "process group killed)", info)
-            if not run.ok:
-                raise AgentRunError(run.error or f"{self.driver.name} failed", info)
+            limits = TaskLimits.of(ws.limits, box.root.name).open() if sealed else None
+            state["limits"] = limits
             try:
-                diff = capture(box.worktree, commit)
-            except AgentOutputError as exc:
-                raise AgentRunError(str(exc), info) from None
-            if diff.patch:
-                blobs.put(diff.patch, "patch", self.blob_dir)
-            info["diff"] = diff.figures()
-            checks = []
-            if prompt.check:
-                check = run_shell(prompt.check, box.worktree, env, max(CHECK_MIN_S, deadline - time.monotonic()),
-                                  box.scratch.private / "check.out")
-                output = check.output()
-                info["check"] = {"exit_code": check.exit_code, "timed_out": check.timed_out, "wall_s": check.wall_s,
-                                 "output_sha256": blobs.put(output, "log", self.blob_dir) if output else None}
-                reason = ("exit 0" if check.ok else f"timed out after {check.wall_s:g} s" if check.timed_out
-                          else f"exit {check.exit_code}") + f": {check.last_line()}"
-                checks.append({"kind": "command", "passed": check.ok, "reason": reason, "format": False,
-                               "output": check.tail()})
+                run, checks = self._task(prompt, box, binary, version, budget, deadline, pass_env, env_fixed, limits,
+                                         info, state)
+            finally:
+                if limits is not None:
+                    limits.close()
         usage = run.usage
         assert usage is not None  # run.ok implies a parsed usage
         cost, source = usage.cost_usd, "agent"
@@ -248,40 +247,121 @@ class AgentAdapter:
                           cost_usd=round(cost, 12) if cost is not None else 0.0,
                           meta={"agent": info, "checks": checks, "call_ms": run.wall_s * 1000.0, "attempts": 1})
 
+    def _task(self, prompt: PromptSpec, box, binary: Path, version: str | None, budget: float, deadline: float,
+              pass_env: tuple[str, ...], env_fixed: dict[str, str], limits: TaskLimits | None,
+              info: dict[str, Any], state: dict[str, Any]) -> tuple[AgentRun, list[dict[str, Any]]]:
+        """Setup, agent, diff and check of one task in its sandbox ``box`` (jailed when ``limits`` is set)."""
+        commit = box.base
+        wrap = None
+        if limits is not None:
+            info["limits"] = limits.record()
+            shell_jail = self._jail(box, binary, None)
+            wrap = lambda argv: limits.prefix() + shell_jail.argv(argv, box.worktree)  # noqa: E731
+        env = {**shell_env(box.scratch.env(), pass_env), **env_fixed}
+        if prompt.setup:
+            setup = run_shell(prompt.setup, box.worktree, env, budget, box.harness / "setup.out", wrap=wrap)
+            info["setup"] = {"exit_code": setup.exit_code, "timed_out": setup.timed_out, "wall_s": setup.wall_s}
+            if not setup.ok:
+                why = f"timed out after {budget:g} s" if setup.timed_out else f"exit code {setup.exit_code}"
+                info["infra"] = True  # the task's environment, not the agent: infra_failed (core/failure.py)
+                raise AgentRunError(f"setup failed ({why}): {setup.last_line()}", info)
+        if state.get("cancelled"):
+            raise AgentRunError("cancelled before the agent started", info)
+        run = self._run_agent(prompt, box, binary, version, max(1.0, deadline - time.monotonic()), pass_env,
+                              env_fixed, limits, info)
+        info.update(self._usage_info(run, self.spec.model))
+        info.update(trajectory.store(self.driver.name, run.stdout_path, self.blob_dir,
+                                     [os.environ.get(self.key_from, "")], self.spec.model, version, prompt.text))
+        if info.get("relay") is not None and run.usage is not None:  # wire counts beside the agent's own
+            info["relay"]["matches_agent"] = (info["relay"]["input_tokens"], info["relay"]["output_tokens"]) == (
+                run.usage.input_tokens, run.usage.output_tokens)
+        if run.timed_out:  # say the budget the user set, not what setup left of it
+            raise AgentRunError(f"{self.driver.name}: timed out after {budget:g} s (the task's timeout_s; "
+                                "process group killed)", info)
+        if not run.ok:
+            raise AgentRunError(run.error or f"{self.driver.name} failed", info)
+        relay = info.get("relay")
+        if relay and relay.get("max_tokens") is not None and (
+                relay["capped"] or relay["input_tokens"] + relay["output_tokens"] > relay["max_tokens"]):
+            raise AgentRunError(f"{self.driver.name}: the task used {relay['input_tokens'] + relay['output_tokens']} "
+                                f"tokens on the wire, over its max_tokens_per_task ({relay['max_tokens']}); the relay "
+                                "refused further calls", info)
+        try:
+            diff = capture(box.worktree, commit, box.harness_git)
+        except AgentOutputError as exc:
+            raise AgentRunError(str(exc), info) from None
+        if diff.patch:
+            blobs.put(diff.patch, "patch", self.blob_dir)
+        info["diff"] = diff.figures()
+        checks = []
+        if prompt.check:
+            check = run_shell(prompt.check, box.worktree, env, max(CHECK_MIN_S, deadline - time.monotonic()),
+                              box.harness / "check.out", wrap=wrap)
+            output = check.output()
+            info["check"] = {"exit_code": check.exit_code, "timed_out": check.timed_out, "wall_s": check.wall_s,
+                             "output_sha256": blobs.put(output, "log", self.blob_dir) if output else None}
+            reason = ("exit 0" if check.ok else f"timed out after {check.wall_s:g} s" if check.timed_out
+                      else f"exit {check.exit_code}") + f": {check.last_line()}"
+            checks.append({"kind": "command", "passed": check.ok, "reason": reason, "format": False,
+                           "output": check.tail()})
+        return run, checks
+
+    def _jail(self, box, binary: Path, relay_dir: Path | None) -> jail.Jail:
+        """The task's jail: read-write its checkout and private dirs, read-only the agent's install dir,
+        the repo's objects (the checkout's alternates) and what a command template names."""
+        readonly: list[Path] = [p for p in (box.objects,) if p is not None]
+        binary = Path(binary)
+        installs = agents_dir()
+        if binary.is_relative_to(installs):
+            readonly.append(installs / self.driver.name)
+        elif self.driver.name == "command":
+            readonly += jail.named_files([str(binary), *self.driver.words[1:]], not policy.sandbox_required())
+        else:
+            readonly.append(binary.resolve().parent.parent)  # an agent on PATH: its install tree
+        s = box.scratch
+        return jail.Jail([box.worktree, s.home, s.tmp, s.private], readonly, relay_dir)
+
     def _run_agent(self, prompt: PromptSpec, box, binary: Path, version: str | None, timeout_s: float,
-                   pass_env: tuple[str, ...]) -> AgentRun:
+                   pass_env: tuple[str, ...], env_fixed: dict[str, str], limits: TaskLimits | None,
+                   info: dict[str, Any]) -> AgentRun:
         s = self.spec
-        base_url, wrap, relay, sock_dir = s.base_url, None, None, None
-        if self.workspace is not None and self.workspace.isolation == "netns":
-            if not base_url:
-                raise AgentSetupError("isolation netns needs the adapter's base_url")
-            host, port = netns.endpoint(base_url)
-            base_url, mapped = netns.inside_url(base_url)
-            sock = box.scratch.private / "model.sock"
-            if len(str(sock)) > 100:  # unix socket paths are short (108 bytes)
-                sock_dir = Path(tempfile.mkdtemp(prefix="evalfarm-ns-", dir="/tmp"))
-                sock = sock_dir / "m.sock"
-            relay = netns.ModelRelay(sock, host, port)
-            prefix = netns.wrapper(port, sock, mapped, box.scratch.private / "hosts")
-            wrap = lambda argv: prefix + argv  # noqa: E731
+        base_url, wrap, relay, relay_dir = s.base_url, None, None, None
+        key_env = self.driver.key_env or self.key_from  # the variable the agent finds its key in
+        extra_env = dict(env_fixed)
+        # unsealed, a command agent gets the adapter's key variable as it is named
+        passed = pass_env + (() if self.driver.key_env else (self.key_from,))
+        if limits is not None:
+            upstream = s.base_url or DEFAULT_BASE_URLS.get(self.driver.name)
+            passed = pass_env
+            if upstream:
+                relay_dir = Path(tempfile.mkdtemp(prefix="efr-", dir="/tmp"))  # a unix socket path is short
+                relay = TaskRelay(relay_dir / "m.sock", upstream, key_for(self.key_from, upstream),
+                                  self.workspace.max_tokens_per_task if self.workspace else None)
+                base_url = relay.inside_url(jail.PORT)
+                extra_env.update({key_env: relay.token, "EVALFARM_MODEL_BASE_URL": base_url})
+            else:
+                extra_env[key_env] = "evalfarm-no-model-endpoint"
+            task_jail = self._jail(box, binary, relay_dir)
+            wrap = lambda argv: task_jail.argv(argv, box.worktree)  # noqa: E731
         request = AgentRequest(prompt.text, s.model, base_url, addendum=prompt.system or "", key_from=self.key_from,
-                               # a command agent gets the adapter's key variable as it is named
-                               pass_env=pass_env + (() if self.driver.key_env else (self.key_from,)),
-                               extra_args=tuple(s.args or ()),
+                               pass_env=passed, extra_env=extra_env, extra_args=tuple(s.args or ()),
+                               jailed=limits is not None,
                                price=Price(s.price.input, s.price.output) if s.price else None)
         try:
             return run_agent(self.driver, request, box.worktree, box.scratch, timeout_s=timeout_s, binary=binary,
-                             version=version, out_dir=box.scratch.private / "agent", wrap=wrap)
+                             version=version, out_dir=box.harness / "agent", wrap=wrap, limits=limits)
         finally:
             if relay is not None:
                 relay.close()
-            if sock_dir is not None:
-                shutil.rmtree(sock_dir, ignore_errors=True)
+                info["relay"] = relay.as_dict()
+            if relay_dir is not None:
+                shutil.rmtree(relay_dir, ignore_errors=True)
 
     @staticmethod
     def _usage_info(run: AgentRun, model: str) -> dict[str, Any]:
         out: dict[str, Any] = {"wall_s": run.wall_s, "exit_code": run.exit_code, "timed_out": run.timed_out,
-                               "leftovers_killed": run.leftovers_killed}
+                               "leftovers_killed": run.leftovers_killed,
+                               "used": {"wall_s": run.wall_s, "cpu_s": run.cpu_s, "peak_memory_mb": run.peak_memory_mb}}
         if run.usage is not None:
             u = run.usage
             out.update(turns=u.turns, tool_calls=u.tool_calls, cached_input_tokens=u.cached_input_tokens,

@@ -41,6 +41,7 @@ class AgentRequest:
     extra_env: Mapping[str, str] = field(default_factory=dict)  # explicit values (after the allow-list)
     extra_args: tuple[str, ...] = ()  # appended to the agent's argv (e.g. claude --allowedTools ...)
     price: Price | None = None
+    jailed: bool = False  # runs inside evalfarm's jail (jail.py): an agent's own nested sandbox is off
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,10 @@ class CodexDriver(Driver):
         env = self.environment(request, scratch)
         codex_home = scratch.home / ".codex"
         env["CODEX_HOME"] = str(codex_home)
-        lines = [f"model = {_toml(request.model)}", 'approval_policy = "never"', 'sandbox_mode = "workspace-write"',
+        # in evalfarm's jail codex's own sandbox (it needs namespaces and capabilities the jail took away)
+        # cannot start, and the jail confines it already
+        mode = "danger-full-access" if request.jailed else "workspace-write"
+        lines = [f"model = {_toml(request.model)}", 'approval_policy = "never"', f'sandbox_mode = "{mode}"',
                  "check_for_update_on_startup = false"]
         if request.base_url:
             lines += ['model_provider = "evalfarm"', "", "[model_providers.evalfarm]", 'name = "evalfarm"',

@@ -11,6 +11,7 @@ every key optional. Without it the run has no usage (zeros, cost None) and the f
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -59,10 +60,14 @@ class CommandDriver(Driver):
 
     def parse(self, stdout: str, invocation: Invocation) -> AgentUsage:
         path = invocation.outputs["usage"]
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             return AgentUsage(0, 0, None, 0, 0, stdout.strip()[-2000:])
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+        try:  # the agent wrote it: a symlink to a file of the worker's is not followed
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as f:
+                data = json.loads(f.read(16 * 2**20).decode("utf-8"))
+        except OSError:
+            raise AgentOutputError("command: its usage file is not a regular file") from None
         except (ValueError, UnicodeDecodeError):
             raise AgentOutputError("command: its usage file is not JSON") from None
         if not isinstance(data, dict):

@@ -1,18 +1,21 @@
 """What an agent changed: ``git diff`` of its worktree against the base commit, new files included.
 
-New (untracked, not ignored) files are marked intent-to-add in the worktree's own index, so the diff
-shows them without writing a single object into the repo the worktree shares. Commits the agent made
-are covered too: the diff is from the base commit to the files on disk.
+It runs through the harness's own git dir and index (``git_env``: sandbox.py makes them, out of the
+agent's reach), with safegit's environment and ``--no-textconv --no-ext-diff``: whatever the agent
+wrote into its checkout's ``.git`` (a fsmonitor, a filter, a hook) is never read. New (untracked,
+not ignored) files are marked intent-to-add in that private index, so the diff shows them without
+writing a single object anywhere. Commits the agent made are covered too: the diff is from the base
+commit to the files on disk.
 """
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .safegit import argv as git_argv, env as git_env_of
 from .errors import AgentOutputError
 
 MAX_PATCH = 64 * 1024 * 1024
@@ -36,21 +39,25 @@ class Diff:
                 "patch_sha256": self.sha256 if self.patch else None}
 
 
-def _git(worktree: Path, *args: str, stdin: bytes | None = None) -> bytes:
-    done = subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "-c", "core.quotepath=off", "-C", str(worktree),
-                           *args], input=stdin, capture_output=True, timeout=300,
-                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+def _git(worktree: Path, *args: str, stdin: bytes | None = None, git_env: dict[str, str] | None = None) -> bytes:
+    done = subprocess.run(git_argv("-c", "core.quotepath=off", "-C", str(worktree), *args), input=stdin,
+                          capture_output=True, timeout=300, env=git_env_of(extra=git_env))
     if done.returncode != 0:
         reason = done.stderr.decode(errors="replace").strip().splitlines()
         raise AgentOutputError(f"git {args[0]} in the worktree failed: {reason[-1] if reason else done.returncode}")
     return done.stdout
 
 
-def capture(worktree: Path, base: str) -> Diff:
-    untracked = _git(worktree, "ls-files", "-z", "--others", "--exclude-standard")
+def capture(worktree: Path, base: str, git_env: dict[str, str] | None = None) -> Diff:
+    """The diff of ``worktree`` against ``base``; ``git_env`` (sandbox.Sandbox.harness_git) names the git dir
+    and index to go through (without it: the worktree's own, for a checkout nobody untrusted touched)."""
+    g = lambda *a, **k: _git(worktree, *a, git_env=git_env, **k)  # noqa: E731
+    if git_env:
+        g("read-tree", base)  # the private index starts at the base commit
+    untracked = g("ls-files", "-z", "--others", "--exclude-standard")
     if untracked:
-        _git(worktree, "add", "--intent-to-add", "--pathspec-from-file=-", "--pathspec-file-nul", stdin=untracked)
-    numstat = _git(worktree, "diff", "--numstat", "-z", "--no-renames", base).decode(errors="replace")
+        g("add", "--intent-to-add", "--pathspec-from-file=-", "--pathspec-file-nul", stdin=untracked)
+    numstat = g("diff", "--numstat", "-z", "--no-renames", "--no-textconv", "--no-ext-diff", base).decode(errors="replace")
     files = ins = dels = binary = 0
     for record in filter(None, numstat.split("\0")):
         parts = record.split("\t")
@@ -61,7 +68,7 @@ def capture(worktree: Path, base: str) -> Diff:
             binary += 1
         else:
             ins, dels = ins + int(parts[0]), dels + int(parts[1])
-    patch = _git(worktree, "diff", "--binary", "--no-renames", "--no-color", "--no-ext-diff", base) if files else b""
+    patch = g("diff", "--binary", "--no-renames", "--no-color", "--no-ext-diff", "--no-textconv", base) if files else b""
     if len(patch) > MAX_PATCH:
         raise AgentOutputError(f"the agent's diff is larger than {MAX_PATCH // 2**20} MiB")
     return Diff(files, ins, dels, binary, patch)

@@ -1,4 +1,4 @@
-"""Runs inside the agent's fresh network namespace (started by ``unshare --net``; see netns.py), as
+"""Runs inside the agent's fresh network namespace (bwrap's, jail.py), as
 the parent of the agent: brings the loopback up, optionally maps the model host to 127.0.0.1 in a
 private /etc/hosts, listens on 127.0.0.1:PORT and relays every connection to a unix socket whose
 other end (outside the namespace) connects to the model endpoint. Nothing else is reachable: the
@@ -9,6 +9,7 @@ namespace has no other interface and no route. Standalone (stdlib only): it runs
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ctypes
 import fcntl
 import socket
@@ -21,10 +22,12 @@ SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP, MS_BIND = 0x8913, 0x8914, 0x1, 4096
 
 
 def loopback_up() -> None:
+    """Up the loopback unless it is already (bwrap brings it up; with no capabilities we could not)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         req = struct.pack("16sH", b"lo", 0)
         flags = struct.unpack("16sH", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, req)[:18])[1]
-        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
+        if not flags & IFF_UP:
+            fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
 
 
 def private_hosts(name: str, hosts_file: str) -> None:
@@ -36,31 +39,41 @@ def private_hosts(name: str, hosts_file: str) -> None:
         raise OSError(ctypes.get_errno(), f"cannot bind {hosts_file} over /etc/hosts")
 
 
-def pipe(src: socket.socket, dst: socket.socket) -> None:
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
-        while data := src.recv(65536):
-            dst.sendall(data)
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
     except OSError:
         pass
     finally:
-        for s, how in ((dst, socket.SHUT_WR), (src, socket.SHUT_RD)):
-            try:
-                s.shutdown(how)
-            except OSError:
-                pass
-
-
-def serve(listener: socket.socket, path: str) -> None:
-    while True:
-        conn, _ = listener.accept()
         try:
-            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            upstream.connect(path)
-        except OSError:
-            conn.close()
-            continue
-        for a, b in ((conn, upstream), (upstream, conn)):
-            threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+            writer.write_eof()
+        except (OSError, RuntimeError):
+            pass
+
+
+async def _client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is not None and sock.family != socket.AF_UNIX:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle wait on a reply's small writes
+    try:
+        up_reader, up_writer = await asyncio.open_unix_connection(path)
+    except OSError:
+        writer.close()
+        return
+    await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+    for w in (writer, up_writer):
+        w.close()
+
+
+def serve_all(listeners: list, path: str) -> None:
+    """One event loop (a thread) relays every connection: no thread per connection, no GIL convoy."""
+    async def main() -> None:
+        servers = [await asyncio.start_server(lambda r, w: _client(r, w, path), sock=s) for s in listeners]
+        await asyncio.gather(*(s.serve_forever() for s in servers))
+
+    asyncio.run(main())
 
 
 def main(argv: list[str]) -> int:
@@ -89,8 +102,7 @@ def main(argv: list[str]) -> int:
         except OSError:
             if family == socket.AF_INET:
                 raise
-    for s in listeners:
-        threading.Thread(target=serve, args=(s, opts.socket), daemon=True).start()
+    threading.Thread(target=serve_all, args=(listeners, opts.socket), daemon=True).start()
     proc = subprocess.Popen(command, stdin=subprocess.DEVNULL)
     return proc.wait()
 

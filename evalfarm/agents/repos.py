@@ -59,7 +59,9 @@ def _public(url: str) -> str:
 def _git(*args: str, cwd: Path | None = None, timeout: float = GIT_TIMEOUT_S) -> subprocess.CompletedProcess:
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
     try:
-        return subprocess.run(["git", "-c", "core.hooksPath=/dev/null", *args], cwd=cwd, capture_output=True,
+        # the user's HOME and global config stay (credential helpers, ssh keys for the mirror's URL); the
+        # repo's own fsmonitor and hooks do not run
+        return subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", *args], cwd=cwd, capture_output=True,
                               text=True, stdin=subprocess.DEVNULL, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(args, 124, "", f"git {args[0]} timed out after {timeout:g} s")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import subprocess
 import time
@@ -38,6 +39,8 @@ class AgentRun:
     usage: AgentUsage | None  # parsed even after a failure when the agent still reported it
     error: str | None  # set: a runtime_error (one line, secrets masked)
     leftovers_killed: int = 0  # processes of the agent's group still alive after it exited
+    cpu_s: float | None = None  # user + system CPU of the whole process tree (wait4)
+    peak_memory_mb: float | None = None  # the task cgroup's peak, else the largest process's RSS
 
     @property
     def ok(self) -> bool:
@@ -46,7 +49,7 @@ class AgentRun:
     def as_dict(self) -> dict[str, Any]:
         return {"agent": self.agent, "version": self.version, "exit_code": self.exit_code,
                 "timed_out": self.timed_out, "wall_s": self.wall_s, "error": self.error,
-                "leftovers_killed": self.leftovers_killed,
+                "leftovers_killed": self.leftovers_killed, "cpu_s": self.cpu_s, "peak_memory_mb": self.peak_memory_mb,
                 "usage": self.usage.as_dict() if self.usage else None}
 
 
@@ -85,6 +88,30 @@ def kill_group(pgid: int, grace_s: float) -> int:
     return len(alive)
 
 
+def wait_usage(proc: subprocess.Popen, timeout_s: float | None):
+    """Wait for ``proc`` at most ``timeout_s`` (None: for ever) and reap it with ``wait4``: its rusage
+    (the whole tree it reaped) or None on timeout (the process is left running)."""
+    if timeout_s is not None:
+        try:
+            fd = os.pidfd_open(proc.pid)
+        except OSError:  # no pidfd (old kernel): plain wait, no figures
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                return None
+            return False
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            if not poller.poll(max(0.0, timeout_s) * 1000):
+                return None
+        finally:
+            os.close(fd)
+    _, status, rusage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return rusage
+
+
 def _tail_line(path: Path) -> str:
     try:
         with open(path, "rb") as f:
@@ -104,9 +131,11 @@ def _mask(text: str, env: dict[str, str]) -> str:
 
 def run_agent(driver: Driver, request: AgentRequest, workdir: Path, scratch: Scratch, *, timeout_s: float,
               binary: Path | None = None, version: str | None = None, out_dir: Path | None = None,
-              kill_grace_s: float = 2.0, wrap: Callable[[list[str]], list[str]] | None = None) -> AgentRun:
+              kill_grace_s: float = 2.0, wrap: Callable[[list[str]], list[str]] | None = None,
+              limits: Any = None) -> AgentRun:
     """Run ``driver``'s agent once in ``workdir`` with ``scratch`` as its HOME/XDG/TMPDIR. ``wrap`` may put
-    the argv inside something (a network namespace: netns.py); the wrapper leads the process group."""
+    the argv inside something (the jail: jail.py); the wrapper leads the process group. ``limits``
+    (limits.TaskLimits) prefixes its cgroup and rlimits and reports the peak memory."""
     if binary is None:
         binary, version = resolve(driver)
     scratch.create()
@@ -123,17 +152,25 @@ def run_agent(driver: Driver, request: AgentRequest, workdir: Path, scratch: Scr
     started = time.monotonic()
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         argv = wrap(invocation.argv) if wrap is not None else invocation.argv
+        if limits is not None:
+            argv = limits.prefix() + argv
         proc = subprocess.Popen(argv, cwd=workdir, env=invocation.env, stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=err, start_new_session=True, close_fds=True)
     timed_out = False
-    try:
-        proc.wait(timeout_s)
-    except subprocess.TimeoutExpired:
+    rusage = wait_usage(proc, timeout_s)
+    if rusage is None:
         timed_out = True
         kill_group(proc.pid, kill_grace_s)
-        proc.wait()
+        rusage = wait_usage(proc, None)
     wall = round(time.monotonic() - started, 3)
     leftovers = kill_group(proc.pid, 0.5)  # nothing the agent started outlives its run
+    if limits is not None:
+        leftovers += limits.kill_all()
+    cpu = round(rusage.ru_utime + rusage.ru_stime, 3) if rusage else None
+    if limits is not None and limits.cpu_used() is not None:
+        cpu = limits.cpu_used()
+    peak = limits.peak_memory_mb(rusage or None) if limits is not None else (
+        round(rusage.ru_maxrss / 1024, 1) if rusage else None)
     usage, error = None, None
     try:
         if os.path.getsize(stdout_path) > MAX_STDOUT:
@@ -148,4 +185,4 @@ def run_agent(driver: Driver, request: AgentRequest, workdir: Path, scratch: Scr
     elif error is None and usage is not None and usage.error:
         error = usage.error
     return AgentRun(driver.name, version, proc.returncode, timed_out, wall, stdout_path, stderr_path, usage,
-                    _mask(error, invocation.env) if error else None, leftovers)
+                    _mask(error, invocation.env) if error else None, leftovers, cpu, peak)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..redact import redact
-from .runner import kill_group
+from .runner import kill_group, wait_usage
 
 TAIL_BYTES = 4000
 
@@ -50,17 +50,19 @@ class ShellResult:
 
 
 def run_shell(command: str, cwd: Path, env: dict[str, str], timeout_s: float, output_path: Path,
-              kill_grace_s: float = 2.0) -> ShellResult:
+              kill_grace_s: float = 2.0, wrap=None) -> ShellResult:
+    """``wrap`` puts the shell in the task's jail (jail.py) and under its limits."""
     shell = shutil.which("bash", path=env.get("PATH")) or "/bin/sh"
+    if wrap is not None and not shell.startswith(("/usr/", "/bin/")):
+        shell = "/bin/sh"
     output_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    argv = [shell, "-c", command]
     with open(output_path, "wb") as out:
-        proc = subprocess.Popen([shell, "-c", command], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+        proc = subprocess.Popen(wrap(argv) if wrap is not None else argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
     timed_out = False
-    try:
-        proc.wait(max(0.1, timeout_s))
-    except subprocess.TimeoutExpired:
+    if wait_usage(proc, max(0.1, timeout_s)) is None:
         timed_out = True
         kill_group(proc.pid, kill_grace_s)
         proc.wait()

@@ -88,13 +88,15 @@ def still_running(run_id: str) -> None:
                    "pauses, spend, queue depth.")
 @click.option("--no-events", is_flag=True, help="Send no task events (seen by Flower and `celery events`); "
                                                  "worker heartbeats stay on.")
+@click.option("--allow-unsandboxed", is_flag=True, help="Spawn pool: also run agent tasks whose workspace says "
+                                                         "isolation: none (refused by default: the item fails).")
 def worker(pool: str, concurrency: int | None, broker: str | None, loglevel: str, metrics_port: int | None,
-           no_events: bool) -> None:
+           no_events: bool, allow_unsandboxed: bool) -> None:
     """Start a worker consuming one pool's queues; it announces itself (a heartbeat key the dashboard reads)."""
     from ..runs.farm import start_worker
 
     start_worker(pool, concurrency=concurrency, broker=broker, loglevel=loglevel, metrics_port=metrics_port,
-                 events=not no_events)
+                 events=not no_events, allow_unsandboxed=allow_unsandboxed)
 
 
 @click.command()

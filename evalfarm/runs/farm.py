@@ -66,10 +66,11 @@ def check_redis_url(url: str | None, source: str) -> str | None:
 
 
 def start_worker(pool: str, *, concurrency: int | None, broker: str | None, loglevel: str,
-                 metrics_port: int | None, events: bool) -> None:
+                 metrics_port: int | None, events: bool, allow_unsandboxed: bool = False) -> None:
     """Run a Celery worker on one pool's queues until it is stopped: the worker's settings checked
     first (a bad broker or time limit is one line at start, not a traceback later), its heartbeat and
-    optional Prometheus endpoint on, the blob dir handed to it from the state dir's layout."""
+    optional Prometheus endpoint on, the blob dir handed to it from the state dir's layout. A spawn
+    worker runs agents sandboxed only unless ``allow_unsandboxed`` (``--allow-unsandboxed``)."""
 
     from ..envvars import env_float
     from ..executors.celery import heartbeat  # noqa: F401  (connects the worker's heartbeat to Celery's signals)
@@ -107,13 +108,13 @@ def start_worker(pool: str, *, concurrency: int | None, broker: str | None, logl
         observe.install(metrics.PrometheusObserver())
         metrics.sample_queues(broker_of_queues, {spec.name: spec.queues})
     if pool == "spawn":
-        app = spawn_worker_app(settings, spec)
+        app = spawn_worker_app(settings, spec, allow_unsandboxed)
     else:
         app = worker_app(settings, pool=spec)
     if pool == "all":  # 'all' means all: spawn in a child 'worker --pool spawn' when a spawn task waits
         from ..executors.celery.spawn import spawn_companion
 
-        spawn_companion(settings, loglevel)
+        spawn_companion(settings, loglevel, allow_unsandboxed=allow_unsandboxed)
     app.conf.worker_send_task_events = events
     # heartbeats on (Flower and `celery events` see the worker alive); no gossip (every worker would
     # consume every other worker's events) and no mingle (a start-up round trip to the others)

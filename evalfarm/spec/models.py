@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from ..names import label_problem
 
@@ -396,17 +396,52 @@ class Thresholds(_Model):
     max_regressions: int = Field(default=0, ge=0)
 
 
+ISOLATIONS = ("sandbox", "none")
+_ISOLATION_ALIASES = {"netns": "sandbox", "worktree": "none"}  # the names before issue 18
+
+
+def _isolation(value: Any) -> Any:
+    return _ISOLATION_ALIASES.get(value, value) if isinstance(value, str) else value
+
+
+Isolation = Annotated[Literal["sandbox", "none"], BeforeValidator(_isolation)]
+
+
+class Limits(_Model):
+    """Per-task resource limits of a sandboxed agent run (agents/limits.py applies and records them)."""
+
+    memory_mb: int = Field(default=4096, ge=16)
+    pids: int = Field(default=512, ge=8)
+    cpu_s: int = Field(default=3600, ge=1)
+    file_mb: int = Field(default=2048, ge=1)
+
+
 class Workspace(_Model):
     """Where agents work (spawn mode): ``repo`` (a local path, relative to the spec, or a git URL) at
     ``base`` (a commit or ref, resolved to a commit when the spec is loaded, so every trial and worker
     starts from the same tree). ``env`` names variables passed through to the agent, ``check`` and
-    ``setup`` (nothing else of the caller's environment is); ``isolation: netns`` runs the agent in
-    a network namespace that reaches only the model endpoint."""
+    ``setup`` (nothing else of the caller's environment is). ``isolation: sandbox`` (the default;
+    ``netns`` is its old name) runs every task sealed (agents/jail.py): own PID, network, IPC and UTS
+    namespaces, no capabilities, the model reached only through a per-task relay that holds the key;
+    ``none`` (old name ``worktree``) is the explicit opt-out, refused by spawn workers unless started
+    with ``--allow-unsandboxed``. ``limits`` bound each task, ``max_tokens_per_task`` is enforced at the
+    relay, ``seeds`` are exported (beside PYTHONHASHSEED) into the deterministic envelope."""
 
     repo: str = Field(min_length=1)
     base: str = Field(min_length=1)
-    isolation: Literal["worktree", "netns"] = "worktree"
+    isolation: Isolation = "sandbox"
     env: EnvNames = Field(default_factory=list)
+    limits: Limits = Field(default_factory=Limits)
+    max_tokens_per_task: int | None = Field(default=None, ge=1)
+    seeds: dict[str, int] = Field(default_factory=dict)
+
+    @field_validator("seeds")
+    @classmethod
+    def _seed_names(cls, value: dict[str, int]) -> dict[str, int]:
+        for name in value:
+            if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name):
+                raise ValueError(f"seeds: {name!r} is not an environment variable name (A-Z, 0-9, _)")
+        return value
 
 
 class EvalSpec(_Model):

@@ -4,7 +4,7 @@ and, with ``adapters:``, by ``evalfarm run`` like any spec.
     name: greet
     repo: .                    # a local path (relative to this file) or a git URL
     base: main                 # a commit or ref: resolved to a commit when the file is loaded
-    isolation: worktree        # or netns: the agent reaches only the model endpoint
+    isolation: sandbox         # the default; none: unsandboxed (refused by spawn workers without --allow-unsandboxed)
     env: [GOFLAGS]             # variables passed through to the agent, setup and check
     adapters:                  # for `evalfarm run` (ab takes the first agent's as its default)
       - {id: claude, provider: agent, agent: claude, model: claude-sonnet-4-5}
@@ -27,7 +27,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from ..canonical import content_key
 from ..errors import SpecError
-from .models import AdapterSpec, EnvNames, EvalSpec, PromptSpec, Thresholds, Workspace, _Model
+from .models import AdapterSpec, EnvNames, EvalSpec, Isolation, Limits, PromptSpec, Thresholds, Workspace, _Model
 from .validation import spec_error
 
 SUITE_KEYS = ("repo", "tasks")  # a YAML mapping with both is a spawn suite, not a spec
@@ -54,7 +54,10 @@ class SpawnSuite(_Model):
     lineage_tag: str | None = None
     repo: str = Field(min_length=1)
     base: str = Field(min_length=1)
-    isolation: Literal["worktree", "netns"] = "worktree"
+    isolation: Isolation = "sandbox"
+    limits: Limits = Field(default_factory=Limits)
+    max_tokens_per_task: int | None = Field(default=None, ge=1)
+    seeds: dict[str, int] = Field(default_factory=dict)
     env: EnvNames = Field(default_factory=list)
     adapters: list[Union[str, AdapterSpec]] = Field(default_factory=list)
     thresholds: Thresholds = Field(default_factory=Thresholds)
@@ -65,7 +68,8 @@ class SpawnSuite(_Model):
 
     @property
     def workspace(self) -> Workspace:
-        return Workspace(repo=self.repo, base=self.base, isolation=self.isolation, env=self.env)
+        return Workspace(repo=self.repo, base=self.base, isolation=self.isolation, env=self.env, limits=self.limits,
+                         max_tokens_per_task=self.max_tokens_per_task, seeds=self.seeds)
 
     def prompts(self) -> list[PromptSpec]:
         return [PromptSpec(id=t.id, text=t.prompt, check=t.check, setup=t.setup, timeout_s=t.timeout_s, tags=t.tags)
@@ -124,6 +128,6 @@ def spec_lines(lines: dict) -> dict:
         if head == "tasks":
             rest = tuple("text" if p == "prompt" and len(rest) == 2 else p for p in rest)
             out[("prompts", *rest)] = line
-        elif head in ("repo", "base", "isolation", "env"):
+        elif head in ("repo", "base", "isolation", "env", "limits", "max_tokens_per_task", "seeds"):
             out[("workspace", head, *rest)] = line
     return out

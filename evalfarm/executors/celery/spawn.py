@@ -32,6 +32,7 @@ from typing import Any, Iterable, Iterator
 import redis
 from celery import Celery
 
+from ...agents.policy import require_sandbox
 from ...agents.sandbox import prune_dead
 from ...envvars import env_int
 from ...logs import get_logger
@@ -210,9 +211,11 @@ def register_spawn(app: Celery, settings: FarmSettings, spawn: FarmSettings) -> 
                 settings.blob_dir))
 
 
-def spawn_worker_app(settings: FarmSettings, pool: Pool) -> Celery:
+def spawn_worker_app(settings: FarmSettings, pool: Pool, allow_unsandboxed: bool = False) -> Celery:
     """A spawn worker: the spawn queue's broker and visibility timeout, the spawn task, and the dead
-    runs' sandboxes on this host pruned before the first task is taken."""
+    runs' sandboxes on this host pruned before the first task is taken. It runs agents sandboxed only
+    (``isolation: none`` fails the item) unless ``allow_unsandboxed``."""
+    require_sandbox(not allow_unsandboxed)
     spawn = spawn_settings(settings, pool)
     app = create_app(spawn, pool)
     register_spawn(app, settings, spawn)
@@ -233,7 +236,8 @@ def spawn_queue_depth(r) -> int:
     return sum(int(n) for n in pipe.execute())
 
 
-def spawn_companion(settings: FarmSettings, loglevel: str, poll_s: float = COMPANION_POLL_S) -> threading.Thread:
+def spawn_companion(settings: FarmSettings, loglevel: str, poll_s: float = COMPANION_POLL_S,
+                    allow_unsandboxed: bool = False) -> threading.Thread:
     """``worker --pool all`` serves the spawn queue too: the spawn pool has its own broker (maybe), time
     limits and visibility timeout, so it runs as a child ``worker --pool spawn``, started the first time a
     spawn task waits (a farm without agents never pays for it) and stopped with this worker (the child
@@ -269,7 +273,8 @@ def spawn_companion(settings: FarmSettings, loglevel: str, poll_s: float = COMPA
             try:
                 if (not child or child[0].poll() is not None) and spawn_queue_depth(r) > 0:
                     child[:] = [subprocess.Popen([sys.executable, "-m", "evalfarm.cli", "worker", "--pool", "spawn",
-                                                  "--broker", settings.broker_url, "--loglevel", loglevel],
+                                                  "--broker", settings.broker_url, "--loglevel", loglevel,
+                                                  *(["--allow-unsandboxed"] if allow_unsandboxed else [])],
                                                  preexec_fn=pdeathsig)]
                     log.warning("spawn_worker_started", pid=child[0].pid, why="a spawn task waits and this worker "
                                 "runs --pool all (provider, judge, aggregate and spawn)")
