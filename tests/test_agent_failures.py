@@ -130,13 +130,14 @@ def test_resume_only_infra_failed_reruns_just_those_items_on_the_farm(tmp_path, 
                    "base_url": server.url}
         spec = write_spec(tmp_path / "resume.yaml", repo, [
             {"id": "ok", "text": f"echo ok >> {runs}; {EDIT}", "check": CHECK},
-            {"id": "late", "text": f"echo late >> {runs}; exec {cli}", "check": CHECK}], adapters=[adapter])
+            {"id": "late", "text": f"echo late >> {runs}; exec {cli}", "check": CHECK}], adapters=[adapter],
+            isolation="none")  # the agent writes a log and runs a CLI outside its worktree
         start_worker(main, pool="aggregate", concurrency=1, **env)
-        start_worker(main, pool="spawn", concurrency=2, **env)
+        start_worker(main, pool="spawn", concurrency=2, extra_args=["--allow-unsandboxed"], **env)
         first = report_of(run_cli("run", str(spec), "--json", "--no-save", broker=main, cwd=tmp_path, timeout=120,
                                   **env))
         by = {o["prompt_id"]: o for o in first["outcomes"]}
-        assert by["late"]["failure_class"] == "infra_failed" and by["ok"]["failure_class"] == "passed"
+        assert by["late"]["failure_class"] == "infra_failed" and by["ok"]["failure_class"] == "passed", (by["late"].get("error"), by["ok"].get("error"))
         assert first["per_adapter"]["fake"]["coverage"] == 0.5
         assert runs.read_text().split().count("late") == 3 and runs.read_text().split().count("ok") == 1
         cli.write_text(f"#!/bin/sh\n{EDIT}\n")
