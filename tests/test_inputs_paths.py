@@ -4,6 +4,7 @@ breaks a row of ``ls`` or ``status``. Everything through the real CLI in subproc
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -24,7 +25,11 @@ def one_line_error(res) -> str:
 
 
 def files_under(root: Path) -> set[Path]:
-    return {p for p in root.rglob("*")} if root.exists() else set()
+    """Every path under ``root``; other tests (running beside this one) may remove theirs meanwhile."""
+    out: set[Path] = set()
+    for top, dirs, files in os.walk(root, onerror=lambda _: None):
+        out.update(Path(top) / n for n in (*dirs, *files))
+    return out
 
 
 @pytest.fixture(scope="module")

@@ -132,8 +132,19 @@ def load_plugins() -> None:
             raise ImportError(f"{type(exc).__name__}{where}: {exc}", name=name) from None
 
 
+# Built-in services the engine calls by name, like the adapters above: the table names where they live
+# (a provider's module, one floor up) and the engine imports it on first use only.
+_BUILTIN_SERVICES: dict[str, str] = {
+    "similarities": "evalfarm.providers.embeddings:similarities",
+}
+
+
+def _service(name: str) -> Any:
+    module, attr = _BUILTIN_SERVICES[name].split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
 async def similarities(checks: list[Any], output: str) -> dict[int, float]:
-    """The ``similar`` checks' cosines (providers/embeddings.py, imported on first use: a spec without
-    such a check never imports it)."""
-    module = importlib.import_module("evalfarm.providers.embeddings")
-    return await module.similarities(checks, output)
+    """The ``similar`` checks' cosines from an embeddings endpoint (a spec without such a check never
+    imports the client)."""
+    return await _service("similarities")(checks, output)
