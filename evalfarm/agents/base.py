@@ -153,7 +153,7 @@ class Driver:
         return env
 
 
-def json_lines(stdout: str, agent: str) -> list[dict[str, Any]]:
+def json_objects(stdout: str) -> list[dict[str, Any]]:
     """The JSON objects of a JSONL stream; other lines (a warning printed to stdout) are skipped."""
     events = []
     for line in stdout.splitlines():
@@ -165,6 +165,12 @@ def json_lines(stdout: str, agent: str) -> list[dict[str, Any]]:
                 continue
             if isinstance(value, dict):
                 events.append(value)
+    return events
+
+
+def json_lines(stdout: str, agent: str) -> list[dict[str, Any]]:
+    """``json_objects``, and an agent that printed none is an output error."""
+    events = json_objects(stdout)
     if not events:
         raise AgentOutputError(f"{agent}: no JSON events on stdout ({_preview(stdout)})")
     return events

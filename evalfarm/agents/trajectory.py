@@ -26,6 +26,7 @@ import re
 from typing import Any, Callable, Iterable
 
 from ..redact import redact
+from .base import json_objects
 
 SCHEMA = "evalfarm.trajectory/1"
 TOOL_RESULT_MAX = 4000  # characters of a tool result kept; the rest is cut, and the cut said
@@ -66,20 +67,6 @@ def _text_of(content: Any) -> str:
     if isinstance(content, list):
         return "\n".join(str(b.get("text", "")) if isinstance(b, dict) else str(b) for b in content)
     return "" if content is None else json.dumps(content)
-
-
-def _events(stdout: str) -> list[dict[str, Any]]:
-    out = []
-    for line in stdout.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                out.append(value)
-    return out
 
 
 class _Steps:
@@ -196,7 +183,7 @@ def build(agent: str, stdout: str, secrets: Iterable[str] = (), model: str | Non
     if parser is None:
         return None
     steps = _Steps(tuple(sorted({s for s in secrets if s}, key=len, reverse=True)))
-    totals = parser(_events(stdout), steps)
+    totals = parser(json_objects(stdout), steps)
     return {"schema": SCHEMA, "agent": agent, "version": version, "model": model,
             "task": cut(mask(task, steps.secrets), TEXT_MAX)[0] if task else None, "steps": steps.steps,
             "totals": _clean(totals, steps.secrets), "tool_result_max_chars": TOOL_RESULT_MAX,
