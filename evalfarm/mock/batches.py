@@ -108,7 +108,8 @@ class BatchAPIs:
     def stats(self) -> dict[str, Any]:
         return {"batch_items": dict(self.batch_items), "batch_creates": self.creates,
                 "batch_cancels": list(self.cancels),
-                "batches": {b.id: {"status": b.status, "requests": len(b.lines), "metadata": b.metadata}
+                "batches": {b.id: {"status": b.status, "requests": len(b.lines), "metadata": b.metadata,
+                                   "created": b.created, "ready_at": b.complete_at, "ended_at": b.ended}
                             for b in self.batches.values()}}
 
     # -- shared ---------------------------------------------------------------------------------------
