@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from .batch_http import BatchHTTP, jsonl
-from .batches import BatchLimits, BatchState, LineResult, dumps_line
+from .batch_wire import BatchLimits, BatchState, LineResult, dumps_line
 
 MAX_REQUESTS, MAX_BYTES = 100_000, 256 * 1024 * 1024
 

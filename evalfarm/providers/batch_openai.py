@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from .batch_http import BatchHTTP, jsonl
-from .batches import BatchLimits, BatchState, LineResult, dumps_line
+from .batch_wire import BatchLimits, BatchState, LineResult, dumps_line
 
 MAX_REQUESTS, MAX_BYTES = 50_000, 200 * 1024 * 1024
 ENDED = ("completed", "failed", "expired", "cancelled")
