@@ -39,12 +39,7 @@ def load(store: Any, run_id: str) -> dict[str, dict[str, Any]]:
 
 
 def lines(records: dict[str, dict[str, Any]]) -> list[str]:
-    """One line per batch for ``status``: id, label, provider, state, counts."""
-    out = []
-    for bid, r in sorted(records.items(), key=lambda kv: kv[1].get("at") or 0):
-        counts = r.get("counts") if isinstance(r.get("counts"), dict) else {}
-        shown = ", ".join(f"{k} {v}" for k, v in counts.items() if isinstance(v, int)) or "-"
-        n = len(r.get("keys") or [])
-        out.append(f"batch {str(bid)[:80]}  {str(r.get('label'))[:40]}  {str(r.get('kind'))[:12]}  "
-                   f"{str(r.get('status'))[:20]}  {n} requests  ({shown})")
-    return out
+    """One line per batch for ``status`` (the farm's format)."""
+    from ..executors.celery.batches import lines as farm_lines
+
+    return farm_lines(records)

@@ -102,10 +102,8 @@ class Orchestrator:
             from ..providers.batches import batch_engine
             from .batches import BatchJournal
 
-            if getattr(self.backend, "mode", "") != "embedded":
-                raise UsageError("batch: true (--batch) runs in this process for now: the farm's batch pool is "
-                                 "not built yet; drop --broker, or drop --batch")
-            batch_engine(engine, spec, plan.run_id, BatchJournal(self.store, plan.run_id))
+            if getattr(self.backend, "mode", "") == "embedded":  # the farm's workers submit and poll them
+                batch_engine(engine, spec, plan.run_id, BatchJournal(self.store, plan.run_id))
         self.backend.start(plan, engine, on_progress)
         return plan
 
