@@ -172,8 +172,8 @@ def submit(store: RunStore, run_id: str, keys: list[str], adapter_id: str, attem
             if not mine[bid].get("processed"):
                 schedule_poll(bid, 0, poll_delay(0))
         return list(mine)
-    done = store.done_keys(run_id, keys)
-    todo = [k for k in keys if k not in done and k not in store.pending_among(run_id, keys)]
+    settled = store.done_keys(run_id, keys) | store.pending_among(run_id, keys)
+    todo = [k for k in keys if k not in settled]
     if not todo:
         return []
     _put(store, run_id, f"group:{label}", {"group": label, "keys": todo, "processed": False, "at": time.time()})
@@ -254,14 +254,17 @@ def poll(store: RunStore, run_id: str, batch_id: str, attempt: int, store_url: s
         finally:
             await client.aclose()
 
+    t0 = time.monotonic()
     state, results, by_budget = work.WORKER_LOOP.run(go)
+    t_http = time.monotonic() - t0
     rec.update(status=state.status, counts=state.counts)
     if not state.ended:
         _put(store, run_id, batch_id, rec)
         schedule_poll(batch_id, attempt + 1, poll_delay(attempt + 1))
         return state.status
     keys = [k for k in rec.get("keys") or [] if isinstance(k, str)]
-    open_keys = [k for k in keys if k not in store.done_keys(run_id, keys)]
+    settled = store.done_keys(run_id, keys) | store.pending_among(run_id, keys)  # a redelivered poll: once
+    open_keys = [k for k in keys if k not in settled]
     items = {i.key: i for i in (Item.from_dict(json.loads(raw)) for raw in store.get_items(run_id, open_keys) if raw)}
     price = adapter.endpoint.price.batched() if adapter.endpoint.price is not None else None
     final: list[Outcome] = []
@@ -313,6 +316,9 @@ def poll(store: RunStore, run_id: str, batch_id: str, attempt: int, store_url: s
     if again:
         resubmit(again, rec["adapter"], int(rec.get("attempt") or 0) + 1)
     work._record(store, ctx, run_id, [engine.decide(o) for o in final], enqueue_aggregate)
+    log.info("batch_results_taken", run_id=run_id, batch=batch_id, status=state.status, items=len(items),
+             live=len(live), resubmitted=len(again), provider_s=round(t_http, 3),
+             scored_s=round(time.monotonic() - t0 - t_http, 3))
     return state.status
 
 
