@@ -111,3 +111,39 @@ def test_reconcile_by_metadata_and_cancel_at_the_provider(provider, tmp_path, re
     wait_for(lambda: len(_stats(mock)["batch_cancels"]) == 1, what="the cancel at the provider")
     with urllib.request.urlopen(f"{mock.url}/batches", timeout=5) as resp:
         assert json.loads(resp.read())["data"][0]["status"] == "cancelled"
+
+
+def test_farm_failed_lines_live_expired_batch_and_budget_cancel(provider, tmp_path, redis_server, start_worker):
+    mock = provider("--batch-delay", "0.3")
+    start_worker(redis_server.url, concurrency=2, **FARM)
+    texts = {1: "question 1 [[batch-error]]", 2: "question 2 [[batch-error]]",
+             3: "question 3 [[batch-error]] [[status:400]]", 25: "question 25 [[batch-expire]]"}
+    spec = _spec(tmp_path, mock, 30, texts=texts)
+    out = tmp_path / "r.json"
+    ran = run_cli("run", spec, "--batch", "--no-save", "-o", str(out), broker=redis_server.url, timeout=120,
+                  EVALFARM_BATCH_MAX_REQUESTS="10", **FARM)
+    assert ran.returncode == 0, ran.stderr
+    outcomes = {o["prompt_id"]: o for o in json.loads(out.read_text())["outcomes"]}
+    assert outcomes["p1"]["output"] == "question 1" and outcomes["p3"]["error"]["class"] == "ClientError"
+    assert {outcomes[f"p{i}"]["error"]["class"] for i in range(20, 30)} == {"BatchExpired"}
+    assert all(outcomes[f"p{i}"]["error"] is None for i in range(20) if i != 3)
+    stats = _stats(mock)
+    assert stats["batch_creates"] == 4  # 3 groups, the expired one once more
+    assert sorted(b["status"] for b in stats["batches"].values()) == ["completed", "completed", "expired", "expired"]
+    asked = stats["asked"]
+    assert asked["question 1 [[batch-error]]"] == 2 and all(asked[f"question {i}"] == 1 for i in range(4, 20))
+    assert not any(f"question {i}" in asked for i in range(20, 25))  # an expired batch answered nothing
+
+    # a budget stop: the first group's answers spend it; the second group's open batch is cancelled there
+    mock2 = provider("--batch-delay", "0.3")
+    texts = {i: f"question {i} [[batch-delay:60000]]" for i in range(10, 20)}
+    spec = _spec(tmp_path, mock2, 20, texts=texts, budget=0.00005)
+    ran = run_cli("run", spec, "--batch", "--no-save", "--force", "-o", str(out), broker=redis_server.url,
+                  timeout=120, EVALFARM_BATCH_MAX_REQUESTS="10", **FARM)
+    assert "stopped at the budget" in ran.stderr, ran.stderr
+    stats = _stats(mock2)
+    assert sorted(b["status"] for b in stats["batches"].values()) == ["cancelled", "completed"]
+    assert len(stats["batch_cancels"]) == 1
+    report = json.loads(out.read_text())
+    assert sorted(o["prompt_id"] for o in report["outcomes"]) == sorted(f"p{i}" for i in range(10))
+    assert report["stopped"] == "budget"
