@@ -153,3 +153,15 @@ def test_anthropic_message_batches_run(provider, tmp_path):
     stats = _stats(mock)
     assert stats["batch_creates"] == 1 and len(stats["batch_items"]) == 30
     assert stats["asked"]["question 5 [[batch-error]]"] == 2 and stats["asked"]["question 4"] == 1
+
+
+def test_batch_flag_and_field_errors_are_one_line(tmp_path):
+    (tmp_path / "m.yaml").write_text("name: m\nadapters: [mock]\nprompts: [{id: a, text: hi}]\n")
+    ran = run_cli("run", str(tmp_path / "m.yaml"), "--batch", "--no-save")
+    assert ran.returncode == 2 and "--batch: no adapter or judge of 'm' has a batch API" in ran.stderr
+    assert len([ln for ln in ran.stderr.splitlines() if ln.strip()]) == 1, ran.stderr
+    (tmp_path / "g.yaml").write_text("name: g\nadapters: [{id: g, provider: gemini, model: x, "
+                                     "base_url: 'http://127.0.0.1:9/v1', batch: true}]\nprompts: [{id: a, text: hi}]\n")
+    ran = run_cli("run", str(tmp_path / "g.yaml"), "--no-save")
+    assert ran.returncode == 2 and "g.yaml:2" in ran.stderr and "'batch' goes with provider openai or anthropic" \
+        in ran.stderr, ran.stderr

@@ -88,9 +88,12 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
         spec_file = spec_from_cases(list(datasets), model=model, judge_model=judge_model)
     spec = bind_environment(spec_file.spec, base_url=base_url, judge_base_url=judge_base_url)
     if use_batch:
-        from ..spec.models import with_batch
+        from ..spec.models import BATCH_PROVIDERS, with_batch
 
         spec = with_batch(spec)
+        if not any(getattr(a, "batch", None) for a in spec.adapters) and not (spec.judge and spec.judge.batch):
+            raise UsageError(f"--batch: no adapter or judge of {spec.name!r} has a batch API (provider "
+                             f"{' or '.join(BATCH_PROVIDERS)}); drop --batch")
     source = spec_file.source.select(tags, cases)
     version = version_for(spec.prompt, ci.get("prompt_version"), spec_file.base_dir, spec_path=spec_file.path)
     if version is not None:
