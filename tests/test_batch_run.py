@@ -165,3 +165,16 @@ def test_batch_flag_and_field_errors_are_one_line(tmp_path):
     ran = run_cli("run", str(tmp_path / "g.yaml"), "--no-save")
     assert ran.returncode == 2 and "g.yaml:2" in ran.stderr and "'batch' goes with provider openai or anthropic" \
         in ran.stderr, ran.stderr
+
+
+def test_batches_stay_within_the_byte_limit(provider, tmp_path):
+    mock = provider("--batch-delay", "0.1")
+    spec = _spec(tmp_path, mock, 40, texts={i: f"question {i} " + "x" * 150 for i in range(40)})
+    out = tmp_path / "r.json"
+    ran = run_cli("run", spec, "--batch", "--no-save", "-o", str(out), timeout=120, EVALFARM_BATCH_MAX_BYTES="2048",
+                  **FAST)
+    assert ran.returncode == 0, ran.stderr
+    batches = list(_stats(mock)["batches"].values())
+    assert len(batches) >= 4 and all(0 < b["bytes"] <= 2048 for b in batches), batches
+    assert sum(b["requests"] for b in batches) == 40
+    assert all(o["error"] is None for o in json.loads(out.read_text())["outcomes"])

@@ -56,10 +56,10 @@ def _user_texts(body: Any) -> str:
 
 class Batch:
     def __init__(self, kind: str, lines: list[dict[str, Any]], headers: dict[str, str], delay_s: float,
-                 metadata: dict[str, str] | None, input_file_id: str | None, endpoint: str) -> None:
+                 metadata: dict[str, str] | None, input_file_id: str | None, endpoint: str, size: int = 0) -> None:
         self.id = ("batch_" if kind == "openai" else "msgbatch_") + uuid.uuid4().hex[:20]
         self.kind, self.lines, self.headers, self.metadata = kind, lines, headers, metadata
-        self.input_file_id, self.endpoint = input_file_id, endpoint
+        self.input_file_id, self.endpoint, self.size = input_file_id, endpoint, size
         self.created = time.time()
         texts = [_user_texts(line.get("body") or line.get("params") or {}) for line in lines]
         delays = [float(t.split(FAULT_DELAY, 1)[1].split("]]", 1)[0]) / 1000.0 for t in texts if FAULT_DELAY in t]
@@ -109,6 +109,7 @@ class BatchAPIs:
         return {"batch_items": dict(self.batch_items), "batch_creates": self.creates,
                 "batch_cancels": list(self.cancels),
                 "batches": {b.id: {"status": b.status, "requests": len(b.lines), "metadata": b.metadata,
+                                   "bytes": b.size,
                                    "created": b.created, "ready_at": b.complete_at, "ended_at": b.ended}
                             for b in self.batches.values()}}
 
@@ -268,7 +269,7 @@ class BatchAPIs:
             return self._err(400, "custom_id values must be unique within a batch")
         self.creates += 1
         batch = Batch("openai", lines, {"Authorization": f"Bearer {key}"} if key else {}, self.delay_s, metadata,
-                      fid, endpoint)
+                      fid, endpoint, len(got[1]))
         if self.max_requests is not None and len(lines) > self.max_requests:
             self._fail_validation(batch, f"{len(lines)} requests: at most {self.max_requests} per batch")
         self.batches[batch.id] = batch
@@ -357,7 +358,8 @@ class BatchAPIs:
         headers = {"anthropic-version": request.headers["anthropic-version"]}
         if key:
             headers["x-api-key"] = key
-        batch = Batch("anthropic", lines, headers, self.delay_s, None, None, "/v1/messages")
+        batch = Batch("anthropic", lines, headers, self.delay_s, None, None, "/v1/messages",
+                      request.content_length or 0)
         self.batches[batch.id] = batch
         return web.json_response(self._anthropic_view(batch, self._base(request)))
 
