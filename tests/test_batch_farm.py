@@ -147,3 +147,18 @@ def test_farm_failed_lines_live_expired_batch_and_budget_cancel(provider, tmp_pa
     report = json.loads(out.read_text())
     assert sorted(o["prompt_id"] for o in report["outcomes"]) == sorted(f"p{i}" for i in range(10))
     assert report["stopped"] == "budget"
+
+
+def test_a_batch_the_provider_refuses_goes_live(provider, tmp_path, redis_server, start_worker):
+    mock = provider("--batch-max-requests", "5", "--api-key", "k")  # Anthropic answers 400 to a larger batch
+    spec = _spec(tmp_path, mock, 12, provider="anthropic")
+    for broker in (None, redis_server.url):  # in process, then on the farm
+        if broker:
+            start_worker(broker, concurrency=1, **FARM)
+        out = tmp_path / "r.json"
+        ran = run_cli("run", spec, "--batch", "--no-save", "-o", str(out), broker=broker, timeout=120, **FARM)
+        assert ran.returncode == 0, ran.stderr
+        outcomes = json.loads(out.read_text())["outcomes"]
+        assert sorted(o["output"] for o in outcomes) == sorted(f"question {i}" for i in range(12))
+    stats = _stats(mock)
+    assert stats["batch_creates"] == 0 and set(stats["asked"].values()) == {2}  # once live in each run

@@ -29,9 +29,12 @@ from ...engine.adapters import Completion
 from ...engine.budget import SKIPPED_BUDGET
 from ...engine.items import error_of
 from ...envvars import env_float, env_int
+from ...errors import InfrastructureError
+from ...redact import redact
 from ...logs import get_logger
 from ...providers.batch_wire import BatchState
 from ...providers.batches import BatchCancelled, BatchExpired, client_for
+from ...providers.errors import ProviderError
 from ...providers.openai import cost_of
 from ..finalize import run_ttl_s
 from ..store import RunStore
@@ -159,9 +162,11 @@ def poll_delay(attempt: int) -> float:
 
 
 def submit(store: RunStore, run_id: str, keys: list[str], adapter_id: str, attempt: int, store_url: str | None,
-           schedule_poll: Callable[[str, int, float], None]) -> list[str]:
+           schedule_poll: Callable[[str, int, float], None],
+           enqueue_live: Callable[[list[str]], None] = lambda keys: None) -> list[str]:
     """The ``batch_submit`` task: submit the group's open items unless already submitted; returns the
-    batch ids it polls."""
+    batch ids it polls. A batch the provider refuses (4xx) goes live; one it cannot answer now (5xx, no
+    connection) is an infrastructure error: the task runs again."""
     ctx = work.context_for(store, run_id, store_url)
     if ctx is None or work._cancelled(store, run_id):
         return []
@@ -204,8 +209,19 @@ def submit(store: RunStore, run_id: str, keys: list[str], adapter_id: str, attem
         finally:
             await client.aclose()
 
-    work.WORKER_LOOP.run(go)
+    refused: list[str] = []
+    try:
+        work.WORKER_LOOP.run(go)
+    except ProviderError as exc:
+        if exc.transient:
+            raise InfrastructureError(f"batch API of {adapter_id}: {redact(str(exc))[:200]}") from None
+        log.warning("batch_refused", run_id=run_id, group=label, error=redact(str(exc))[:200])
+        submitted = {k for rec in batch_records(store, run_id).values() if rec.get("group") == label
+                     for k in rec.get("keys") or []}
+        refused = [k for k, _ in lines if k not in submitted]
     _put(store, run_id, f"group:{label}", {"group": label, "keys": [], "processed": True, "at": time.time()})
+    if refused:
+        enqueue_live(refused)
     for bid in ids:
         schedule_poll(bid, 0, poll_delay(0))
     return ids
@@ -255,7 +271,19 @@ def poll(store: RunStore, run_id: str, batch_id: str, attempt: int, store_url: s
             await client.aclose()
 
     t0 = time.monotonic()
-    state, results, by_budget = work.WORKER_LOOP.run(go)
+    try:
+        state, results, by_budget = work.WORKER_LOOP.run(go)
+    except ProviderError as exc:
+        if exc.transient:  # the provider will answer later: this poll runs again
+            raise InfrastructureError(f"batch API of {rec['adapter']}: {redact(str(exc))[:200]}") from None
+        # the provider does not know the batch (404) or refuses to say (4xx): its items go live
+        log.warning("batch_lost", run_id=run_id, batch=batch_id, error=redact(str(exc))[:200])
+        rec.update(status="lost", processed=True)
+        _put(store, run_id, batch_id, rec)
+        keys = [k for k in rec.get("keys") or [] if isinstance(k, str)]
+        settled = store.done_keys(run_id, keys) | store.pending_among(run_id, keys)
+        enqueue_live([k for k in keys if k not in settled])
+        return "lost"
     t_http = time.monotonic() - t0
     rec.update(status=state.status, counts=state.counts)
     if not state.ended:

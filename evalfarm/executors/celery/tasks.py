@@ -101,7 +101,8 @@ def register(app: Celery, settings: FarmSettings) -> None:
     def batch_submit(run_id: str, keys: list[str], adapter: str, attempt: int = 0) -> int:
         return len(until_done(BATCH_SUBMIT, run_id, lambda: batches.submit(
             store_for(url), run_id, keys, adapter, attempt, url,
-            lambda bid, n, d: schedule_poll(run_id, bid, n, d))))
+            lambda bid, n, d: schedule_poll(run_id, bid, n, d),
+            lambda live: app.send_task(RUN_BATCH, args=[run_id, live], queue="provider"))))
 
     @app.task(name=BATCH_POLL, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def batch_poll(run_id: str, batch_id: str, attempt: int = 0) -> str:
