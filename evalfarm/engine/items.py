@@ -20,6 +20,7 @@ from ..core.verdict import decide
 from ..errors import InfrastructureError
 from ..redact import redact
 from .adapters import Adapter, Completion
+from .batching import CURRENT_KEY
 from .budget import SKIPPED_BUDGET, BudgetExhausted, SpendGuard, guarding
 from .cache import ResponseCache, request_key
 from .judges import Judge, clamp01
@@ -90,6 +91,7 @@ class Engine:
         if await self._over_budget():
             out.skipped = SKIPPED_BUDGET
             return out
+        token = CURRENT_KEY.set(item.key)  # a batched adapter's custom_id
         try:
             with guarding(self.budget), calling(item.adapter, time.perf_counter) as observed:
                 completion, out.cached = await self._complete(item, self.adapters[item.adapter])
@@ -106,6 +108,8 @@ class Engine:
             out.attempts = getattr(exc, "attempts", None)
             out.agent = getattr(exc, "agent", None)  # what is known of a failed agent run
             return out
+        finally:
+            CURRENT_KEY.reset(token)
         await self._charge(completion.cost_usd)
         similarity: dict[int, float] = {}
         if any(c.kind == "similar" for c in item.prompt.checks):
@@ -175,6 +179,7 @@ class Engine:
             if await self._over_budget():
                 out.skipped = SKIPPED_BUDGET  # the model's answer is kept (and its cost), but not judged
                 return out
+            token = CURRENT_KEY.set(item.key)
             try:
                 with guarding(self.budget):
                     result = await self.judge_.judge(item.prompt, out.output or "")
@@ -189,6 +194,8 @@ class Engine:
                 out.judge_input_tokens, out.judge_output_tokens, out.judge_cost_usd = t_in, t_out, cost
                 await self._charge(cost)
                 return self.decide(out)
+            finally:
+                CURRENT_KEY.reset(token)
             await self._charge(result.cost_usd)
             out.judge_score = clamp01(result.score)
             out.judge_criteria = result.criteria or None

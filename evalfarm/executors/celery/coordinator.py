@@ -26,6 +26,7 @@ from ..base import ProgressFn
 from ..finalize import run_ttl_s
 from ..store import Progress, batched, progress_of
 from .app import AGGREGATE, JUDGE_BATCH, RUN_BATCH, create_app
+from .batches import cancel_open, keys_in_open_batches, route_batches
 from .broker_scan import broker_keys, keys_in_broker
 from .room import full, no_room, run_bytes
 from .settings import FarmSettings, pick_batch_size
@@ -207,6 +208,7 @@ class CeleryBackend:
         # fault injection for the crash tests: slow dispatch down so a coordinator can die mid-way
         delay = float(os.environ.get("EVALFARM_FAILPOINT_DISPATCH_DELAY_S", "0") or 0)
         batches = route_spawn(self.settings, self.store, run_id, batches)  # agent items: one task each, spawn queue
+        batches = route_batches(self.app, self.store, run_id, batches, delay)  # batch: true items: provider batches
         sent = 0
         try:
             with self.app.producer_or_acquire() as producer:
@@ -434,6 +436,13 @@ class CeleryBackend:
         in_hands -= settled
         return len(queued - settled - in_hands), len(in_hands)
 
+    def batches(self, run_id: str) -> tuple[list[str], int]:
+        """(one line per provider batch of the run, items an unfinished batch holds that are not done)."""
+        from .batches import batch_records, lines
+
+        held = list(keys_in_open_batches(self.store, run_id))
+        return lines(batch_records(self.store, run_id)), len(held) - len(self.store.done_keys(run_id, held))
+
     def _take_lock(self, run_id: str) -> str:
         """The run's dispatch lock; a dead holder's lock expires within ``LOCK_TTL_S``, so wait that
         long before saying that another coordinator is at work."""
@@ -453,7 +462,7 @@ class CeleryBackend:
         keys = list(self.store.iter_item_keys(run_id))
         done = self.store.done_keys(run_id, keys)
         pending = set(self.store.pending_keys(run_id))
-        queued = self.in_broker(run_id)
+        queued = self.in_broker(run_id) | keys_in_open_batches(self.store, run_id)  # a provider batch holds them
         missing = [k for k in keys if k not in done and k not in pending and k not in queued]
         judge_missing = sorted(k for k in pending if k not in done and k not in queued)
         return missing, judge_missing, len(done), len(queued)
@@ -566,6 +575,12 @@ class CeleryBackend:
                 self.store.update_meta(run_id, cancel_too_late=True)
                 return {"outcome": "too_late", "done": done, "total": total, "in_hands": in_hands}
         ok, state = self.store.transition(run_id, "cancelled", LIVE_STATES, cancelled_at_done=done)
+        if ok:
+            try:  # the open provider batches, at the provider, now (else a worker's next poll does it)
+                cancel_open(self.store, run_id)
+            except Exception as exc:
+                say(f"run {run_id}: could not cancel its provider batches from here ({redact(str(exc))[:200]}); "
+                    "the workers' next poll cancels them")
         if not ok:
             if state == "cancelled":
                 return {"outcome": "already", "done": done, "total": total}
