@@ -27,6 +27,7 @@ Factory = Callable[[Any], Any]
 
 _BUILTIN_ADAPTERS: dict[str, str] = {
     "mock": "evalfarm.engine.adapters:MockAdapter",
+    "echo": "evalfarm.engine.adapters:EchoAdapter",
     "openai": "evalfarm.providers.openai:OpenAIAdapter",
     "anthropic": "evalfarm.providers.anthropic:AnthropicAdapter",  # native wire protocols, one module each
     "gemini": "evalfarm.providers.gemini:GeminiAdapter",

@@ -43,6 +43,9 @@ _TEST_KEYS = {"description", "vars", "assert", "options", "metadata"}
 _OPTION_KEYS = {"prefix", "suffix", "provider", "disableDefaultAsserts"}
 _PARAMS = {"temperature", "max_tokens", "max_completion_tokens", "top_p", "seed", "stop", "presence_penalty",
            "frequency_penalty", "response_format", "reasoning_effort", "logit_bias"}
+# provider config keys that do not change what is sent and answered (why, in the note the import prints)
+_DROPPED = {"stream": "evalfarm reads the whole answer; streaming changes the transport, not the text",
+            "usage_tier": "promptfoo uses it only to price the call; set the adapter's price"}
 _TEXT_FILES = {".txt", ".md", ".j2"}
 _CODE_FILES = {".py", ".js", ".mjs", ".cjs", ".ts", ".mts", ".cts", ".sh", ".bash", ".rb", ".pl", ".exe", ".bat",
                ".cmd", ".ps1"}
@@ -80,6 +83,7 @@ class _Template:
     path: str
     line: int | None
     chat: bool = False
+    default: bool = False  # the config has no prompts: promptfoo sends each test's ``prompt`` var
 
 
 @dataclass
@@ -271,7 +275,8 @@ class PromptfooImporter:
                                    "model": family.model}
         if family.base_url is not None:
             adapter["base_url"] = family.base_url
-        adapter["api_key_env"] = family.key_env
+        if family.key_env:
+            adapter["api_key_env"] = family.key_env
         if not isinstance(adapter["id"], str) or not adapter["id"].strip():
             raise Refused("label must be a non-empty string", field="label")
         params: dict[str, Any] = {}
@@ -296,6 +301,16 @@ class PromptfooImporter:
                 raise Refused("config.apiKey holds a key in the config; evalfarm reads keys from the "
                               "environment only: put it in a variable and name it with config.apiKeyEnvar",
                               field="config")
+            elif key in _DROPPED:
+                self._notes.append(f"provider {adapter['id']}: config.{key} is not imported ({_DROPPED[key]})")
+            elif key == "passthrough" and family.provider in ("openai", "azure", "openai-responses"):
+                if not isinstance(value, dict):
+                    raise Refused("config.passthrough must be a mapping (fields added to the request body)",
+                                  field="config")
+                params.update(value)  # promptfoo spreads it into the request body
+            elif key in family.tool_keys:
+                # tools are written in the provider's own format; the wire puts them where its API reads them
+                params[key] = self._tool_value(value, key)
             elif key in _PARAMS or key in family.param_names:
                 params[family.param_names.get(key, key)] = value
             elif key == "generationConfig" and family.provider in ("gemini", "vertex") and isinstance(value, dict):
@@ -309,12 +324,22 @@ class PromptfooImporter:
             adapter["params"] = params
         return adapter
 
+    def _tool_value(self, value: Any, key: str) -> Any:
+        """A tool definition inline or in a ``file://`` JSON/YAML file (promptfoo loads it the same way)."""
+        if isinstance(value, str) and value.startswith("file://"):
+            value = self.load_value_file(value)
+        if not isinstance(value, (list, dict, str)) or (isinstance(value, str) and key in ("tools", "functions")):
+            raise Refused(f"config.{key} must be a list or mapping (or a file:// JSON/YAML file)", field="config")
+        return value
+
     # ---- prompts -------------------------------------------------------------------------------------
     def _prompts(self, doc: _Doc) -> list[_Template]:
         raw = doc.data.get("prompts")
-        if raw is None:
-            self.refuse(doc.at((), "the config has no 'prompts'", sub="prompts"))
-            return []
+        if raw is None:  # promptfoo's default (util/config/load.ts): the prompt is the test's `prompt` var
+            self.caveat(doc.at((), "the config has no 'prompts': each test's 'prompt' var is the prompt, as "
+                                   "promptfoo does", sub="prompts"))
+            return [_Template(label="{{prompt}}", user="{{prompt}}", system=None, path=str(doc.path),
+                              line=None, default=True)]
         if isinstance(raw, dict):  # legacy form: {path or text: label}
             entries = [((k,), {"raw": k, "label": v}) for k, v in raw.items()]
         elif isinstance(raw, list):
@@ -483,9 +508,20 @@ class PromptfooImporter:
                 tdoc = _Doc(path, [t for _, t in rows], lines)
                 out += [(tdoc, (i,), t) for i, (_, t) in enumerate(rows)]
                 continue
+            if path.suffix == ".jsonl":  # one test per non-empty line
+                rows = []
+                for n, line in enumerate(self._read(path).splitlines(), start=1):
+                    if line.strip():
+                        try:
+                            rows.append((n, json.loads(line)))
+                        except ValueError:
+                            raise Refused(f"{path.name}:{n}: not a JSON object") from None
+                tdoc = _Doc(path, [t for _, t in rows], {(i,): n for i, (n, _) in enumerate(rows)})
+                out += [(tdoc, (i,), t) for i, (_, t) in enumerate(rows)]
+                continue
             if path.suffix not in (".yaml", ".yml", ".json"):
                 raise Refused(f"{path.name}: test files of type {path.suffix!r} are not supported (.yaml, .json, "
-                              ".csv)")
+                              ".jsonl, .csv)")
             try:
                 tdoc = self._load_doc(path)
             except SpecError as exc:
@@ -618,6 +654,10 @@ class PromptfooImporter:
         if (test.prefix or test.suffix) and tpl.chat:
             self.refuse(test.doc.at(test.loc, "options.prefix/suffix on a chat prompt: promptfoo then sends the "
                                               "JSON as text; not supported", sub="options"))
+            return None
+        if tpl.default and not isinstance(combo.get("prompt"), str):
+            self.refuse(test.doc.at(test.loc, "the config has no 'prompts' and this test no 'prompt' var: "
+                                              "there is nothing to send", sub="vars"))
             return None
         values = prepare_vars(combo)
         system = None

@@ -9,7 +9,15 @@
     bedrock:MODEL, bedrock:converse:MODEL   bedrock (Converse API), AWS_BEARER_TOKEN_BEDROCK; config.region
     http, https, https://URL             http (config.url, method, headers, body, transformResponse as a path)
     openrouter:, mistral:, xai:, groq:, deepseek:, perplexity:, cerebras:, hyperbolic:, togetherai:,
-    fireworks:, ollama:chat:             openai (chat completions) at the service's OpenAI-compatible URL
+    fireworks:, nscale:, github:, cometapi:, aimlapi:, docker:, helicone:, vercel:, huggingface:chat:,
+    ollama:chat:, cloudflare-ai:chat: (config.accountId)
+                                         openai (chat completions) at the service's OpenAI-compatible URL
+    xai:responses:MODEL                  openai-responses at xAI
+    echo                                 echo (the answer is the prompt)
+
+Tools (``tools``, ``tool_choice``, ``functions``; Gemini ``toolConfig``; Bedrock ``toolChoice``/``toolConfig``)
+are sent as the config writes them (inline or a ``file://`` JSON/YAML file); the answer's tool calls become
+JSON text, as promptfoo's output. ``passthrough`` fields go into the request body.
 
 Anything else (image/audio/video/realtime models, agents, scripts) is refused. Where promptfoo
 would read an endpoint from the environment (VERTEX_PROJECT_ID, AZURE_API_HOST), the adapter is imported
@@ -42,13 +50,28 @@ COMPATIBLE = {
     "hyperbolic": ("https://api.hyperbolic.xyz/v1", "HYPERBOLIC_API_KEY"),
     "togetherai": ("https://api.together.xyz/v1", "TOGETHER_API_KEY"),
     "fireworks": ("https://api.fireworks.ai/inference/v1", "FIREWORKS_API_KEY"),
+    "nscale": ("https://inference.api.nscale.com/v1", "NSCALE_SERVICE_TOKEN"),
+    "github": ("https://models.github.ai/inference", "GITHUB_TOKEN"),
+    "cometapi": ("https://api.cometapi.com/v1", "COMETAPI_KEY"),
+    "aimlapi": ("https://api.aimlapi.com/v1", "AIML_API_KEY"),
+    "docker": ("http://localhost:12434/engines/v1", "DOCKER_MODEL_RUNNER_API_KEY"),  # Docker Model Runner
+    "helicone": ("http://localhost:8080/ai", "HELICONE_API_KEY"),  # a Helicone AI Gateway (promptfoo's default)
+    "vercel": ("https://ai-gateway.vercel.sh/v1", "VERCEL_AI_GATEWAY_API_KEY"),
+    "huggingface": ("https://router.huggingface.co/v1", "HF_TOKEN"),  # huggingface:chat: only (Inference Providers)
 }
+# OpenAI chat-completions options that pass through to the body under their own names
+_OPENAI_EXTRA = {"verbosity": "verbosity", "search_parameters": "search_parameters",
+                 "web_search_options": "web_search_options", "search_domain_filter": "search_domain_filter",
+                 "search_recency_filter": "search_recency_filter", "search_after_date_filter":
+                 "search_after_date_filter", "search_before_date_filter": "search_before_date_filter",
+                 "max_new_tokens": "max_tokens", "maxTokens": "max_tokens"}
+_OPENAI_TOOLS = frozenset({"tools", "tool_choice", "parallel_tool_calls", "functions", "function_call"})
 _NOT_CHAT = {"chat", "responses", "completion", "embedding", "embeddings", "assistant", "image", "realtime",
              "moderation", "video", "voice", "audio", "transcription", "agents", "chatkit", "live", "tts",
              "claude-agent-sdk", "messages"}
 SUPPORTED = ("openai:MODEL, openai:chat:MODEL, openai:responses:MODEL, anthropic:messages:MODEL, google:MODEL, "
              "vertex:MODEL, azure:chat:DEPLOYMENT, bedrock:MODEL, http/https, and OpenAI-compatible " + ", ".join(COMPATIBLE)
-             + ", ollama:chat")
+             + ", ollama:chat, cloudflare-ai:chat, xai:responses, echo")
 
 
 def _none(adapter: dict[str, Any], place: dict[str, Any], params: dict[str, Any], importer: Any) -> None:
@@ -64,6 +87,7 @@ class Family:
     place_keys: frozenset = frozenset()  # config keys that say where the endpoint is (finish() reads them)
     param_names: dict[str, str] = field(default_factory=dict)  # config keys that are params, renamed
     finish: Callable[[dict, dict, dict, Any], None] = _none
+    tool_keys: frozenset = frozenset()  # config keys holding tool definitions (inline or file://), sent as written
 
 
 def _model(pid: str, rest: str) -> str:
@@ -111,14 +135,17 @@ def _bedrock(adapter: dict, place: dict, params: dict, importer: Any) -> None:
     if not isinstance(region, str) or not re.fullmatch(r"[a-z0-9-]+", region):
         raise Refused("config.region must be an AWS region name", field="config")
     adapter["base_url"] = f"https://bedrock-runtime.{region}.amazonaws.com"
-    inference = place.get("inferenceConfig") or {}
-    if not isinstance(inference, dict):
-        raise Refused("config.inferenceConfig must be a mapping", field="config")
-    names = {"maxTokens": "max_tokens", "temperature": "temperature", "topP": "top_p", "stopSequences": "stop"}
-    for key, value in inference.items():
-        if key not in names:
-            raise Refused(f"config.inferenceConfig.{key} is not supported by the importer", field="config")
-        params[names[key]] = value
+    # inferenceConfig (Converse), interfaceConfig (promptfoo's Nova options): the same settings by two names
+    names = {"maxTokens": "max_tokens", "max_new_tokens": "max_tokens", "temperature": "temperature",
+             "topP": "top_p", "top_p": "top_p", "stopSequences": "stop", "top_k": "top_k"}
+    for block in ("inferenceConfig", "interfaceConfig"):
+        inference = place.get(block) or {}
+        if not isinstance(inference, dict):
+            raise Refused(f"config.{block} must be a mapping", field="config")
+        for key, value in inference.items():
+            if key not in names:
+                raise Refused(f"config.{block}.{key} is not supported by the importer", field="config")
+            params[names[key]] = value
     importer.note_endpoint(adapter, "called through Bedrock's Converse API with a Bedrock API key "
                                     "(AWS_BEARER_TOKEN_BEDROCK); AWS access keys (SigV4) are not supported"
                            + ("" if "region" in place else "; region us-east-1 (the config names none)"),
@@ -199,33 +226,66 @@ def _http(adapter: dict, place: dict, params: dict, importer: Any) -> None:
         raise Refused(f"config.{next(iter(params))}: the http provider sends only its body", field="config")
 
 
+_GEMINI_TOOLS = frozenset({"tools", "toolConfig"})
+_GEMINI_NAMES = {"maxOutputTokens": "max_tokens", "topP": "top_p", "responseSchema": "responseSchema",
+                 "responseMimeType": "responseMimeType"}  # the last two: generationConfig fields
+
+
+def _responses(pid: str, rest: str, base: str, key_env: str) -> Family:
+    # Responses API options pass through under their own names (the wire renames max_tokens)
+    return Family("openai-responses", _model(pid, rest), base, key_env,
+                  param_names={"max_output_tokens": "max_tokens", "reasoning": "reasoning", "instructions":
+                               "instructions", "text": "text", "truncation": "truncation",
+                               "max_tool_calls": "max_tool_calls", "verbosity": "verbosity"},
+                  tool_keys=frozenset({"tools", "tool_choice", "parallel_tool_calls"}), finish=_responses_finish)
+
+
+def _responses_finish(adapter: dict, place: dict, params: dict, importer: Any) -> None:
+    if "verbosity" in params:  # promptfoo sends it as text.verbosity on this API
+        text = params.get("text") if isinstance(params.get("text"), dict) else {}
+        params["text"] = {**text, "verbosity": params.pop("verbosity")}
+
+
+def _cloudflare(adapter: dict, place: dict, params: dict, importer: Any) -> None:
+    account = place.get("accountId")
+    if account is not None and (not isinstance(account, str) or not re.fullmatch(r"[\w-]+", account)):
+        raise Refused("config.accountId must be a Cloudflare account id", field="config")
+    if account:
+        adapter["base_url"] = f"https://api.cloudflare.com/client/v4/accounts/{account}/ai/v1"
+    elif "base_url" not in adapter:
+        importer.note_endpoint(adapter, "the Cloudflare account is not in the config (promptfoo reads "
+                                        "CLOUDFLARE_ACCOUNT_ID): set base_url to https://api.cloudflare.com/client/v4/"
+                                        "accounts/ACCOUNT/ai/v1, or pass --base-url")
+
+
 def provider_family(pid: str) -> Family:
     """A promptfoo provider id's wire protocol, endpoint and key variable; Refused when there is none."""
     prefix, _, rest = pid.partition(":")
     if prefix == "openai":
         if rest.startswith("responses:"):
             # Responses API options pass through under their own names (the wire renames max_tokens)
-            return Family("openai-responses", _model(pid, rest[len("responses:"):]), OPENAI_URL, "OPENAI_API_KEY",
-                          param_names={"max_output_tokens": "max_tokens", "reasoning": "reasoning",
-                                       "instructions": "instructions", "text": "text", "truncation": "truncation"})
+            return _responses(pid, rest[len("responses:"):], OPENAI_URL, "OPENAI_API_KEY")
         if rest.startswith("chat:"):
             rest = rest[len("chat:"):]
-        return Family("openai", _model(pid, rest), OPENAI_URL, "OPENAI_API_KEY")
+        return Family("openai", _model(pid, rest), OPENAI_URL, "OPENAI_API_KEY", param_names=_OPENAI_EXTRA,
+                      tool_keys=_OPENAI_TOOLS)
     if prefix == "anthropic":
         if rest.startswith("messages:"):
             rest = rest[len("messages:"):]
         return Family("anthropic", _model(pid, rest), "https://api.anthropic.com/v1", "ANTHROPIC_API_KEY",
-                      param_names={"max_tokens": "max_tokens", "top_k": "top_k"})
+                      param_names={"max_tokens": "max_tokens", "top_k": "top_k", "thinking": "thinking"},
+                      tool_keys=frozenset({"tools", "tool_choice"}))
     if prefix == "google" and rest.startswith("gemini"):
         return Family("gemini", _model(pid, rest), "https://generativelanguage.googleapis.com/v1beta",
-                      "GEMINI_API_KEY", param_names={"maxOutputTokens": "max_tokens", "topP": "top_p"})
+                      "GEMINI_API_KEY", param_names=_GEMINI_NAMES, tool_keys=_GEMINI_TOOLS)
     if prefix == "vertex" and rest.startswith("gemini"):
         return Family("vertex", _model(pid, rest), None, "VERTEX_API_KEY",
                       place_keys=frozenset({"projectId", "region"}), finish=_vertex,
-                      param_names={"maxOutputTokens": "max_tokens", "topP": "top_p"})
+                      param_names=_GEMINI_NAMES, tool_keys=_GEMINI_TOOLS)
     if prefix == "azure" and rest.startswith("chat:"):
         return Family("azure", _model(pid, rest[len("chat:"):]), None, "AZURE_API_KEY",
-                      place_keys=frozenset({"apiHost", "apiVersion", "deployment_id"}), finish=_azure)
+                      place_keys=frozenset({"apiHost", "apiVersion", "deployment_id"}), finish=_azure,
+                      param_names=_OPENAI_EXTRA, tool_keys=_OPENAI_TOOLS)
     if pid in ("http", "https") or re.match(r"https?://", pid):
         fam = Family("http", "http", None, "EVAL_API_KEY",
                      place_keys=frozenset({"url", "method", "headers", "body", "transformResponse"}), finish=_http)
@@ -239,16 +299,28 @@ def provider_family(pid: str) -> Family:
             raise Refused(f"provider {pid!r} is not a chat model evalfarm can call (supported: {SUPPORTED})",
                           field="id")
         return Family("bedrock", _model(pid, rest), None, "AWS_BEARER_TOKEN_BEDROCK",
-                      place_keys=frozenset({"region", "inferenceModelType", "inferenceConfig"}), finish=_bedrock,
+                      place_keys=frozenset({"region", "inferenceModelType", "inferenceConfig", "interfaceConfig"}),
+                      finish=_bedrock,
                       param_names={"maxTokens": "max_tokens", "max_new_tokens": "max_tokens",
-                                   "max_gen_len": "max_tokens", "topP": "top_p"})
+                                   "max_gen_len": "max_tokens", "topP": "top_p", "top_k": "top_k",
+                                   "reasoningConfig": "reasoningConfig"},  # -> additionalModelRequestFields
+                      tool_keys=frozenset({"tools", "tool_choice", "toolChoice", "toolConfig"}))
+    if pid == "echo":  # the answer is the prompt: evalfarm's echo adapter
+        return Family("echo", "echo", None, "")
     if prefix == "litellm":  # the LiteLLM proxy's OpenAI-compatible endpoint (promptfoo's default address)
         return Family("openai", _model(pid, rest.removeprefix("chat:")), "http://localhost:4000/v1", "EVAL_API_KEY")
     if prefix == "ollama" and rest.startswith("chat:"):
-        return Family("openai", _model(pid, rest[len("chat:"):]), "http://localhost:11434/v1", "EVAL_API_KEY")
-    if prefix in COMPATIBLE:
+        return Family("openai", _model(pid, rest[len("chat:"):]), "http://localhost:11434/v1", "EVAL_API_KEY",
+                      param_names=_OPENAI_EXTRA, tool_keys=_OPENAI_TOOLS)
+    if prefix == "xai" and rest.startswith("responses:"):
+        return _responses(pid, rest[len("responses:"):], *COMPATIBLE["xai"])
+    if prefix == "cloudflare-ai" and rest.startswith("chat:"):  # Workers AI's OpenAI-compatible endpoint
+        return Family("openai", _model(pid, rest[len("chat:"):]), None, "CLOUDFLARE_API_KEY",
+                      place_keys=frozenset({"accountId"}), finish=_cloudflare, param_names=_OPENAI_EXTRA,
+                      tool_keys=_OPENAI_TOOLS)
+    if prefix in COMPATIBLE and (prefix != "huggingface" or rest.startswith("chat:")):
         if rest.startswith("chat:"):
             rest = rest[len("chat:"):]
         base, key = COMPATIBLE[prefix]
-        return Family("openai", _model(pid, rest), base, key)
+        return Family("openai", _model(pid, rest), base, key, param_names=_OPENAI_EXTRA, tool_keys=_OPENAI_TOOLS)
     raise Refused(f"provider {pid!r} is not supported by the importer (supported: {SUPPORTED})", field="id")

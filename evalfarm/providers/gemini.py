@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .openai import OpenAIAdapter, openai_judge
-from .wire import Wire, bad, renamed, split_system, tokens
+from .wire import Wire, bad, renamed, split_system, tokens, tool_text
 
 BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 _CONFIG = {"max_tokens": "maxOutputTokens", "max_completion_tokens": "maxOutputTokens", "top_p": "topP",
@@ -40,6 +40,9 @@ class GeminiWire(Wire):
             config["stopSequences"] = [config["stopSequences"]]
         body: dict[str, Any] = {"contents": [{"role": "model" if m["role"] == "assistant" else "user",
                                               "parts": [{"text": m["content"]}]} for m in rest]}
+        for key in ("tools", "toolConfig"):  # top-level fields of the request, not generation options
+            if key in config:
+                body[key] = config.pop(key)
         if system is not None:
             body["systemInstruction"] = {"parts": [{"text": system}]}
         if config:
@@ -50,7 +53,8 @@ class GeminiWire(Wire):
         try:
             candidate = data["candidates"][0]
             parts = (candidate.get("content") or {}).get("parts") or []
-            text = "".join(p.get("text") or "" for p in parts if isinstance(p, dict))
+            parts = [p for p in parts if isinstance(p, dict)]
+            text = tool_text([p.get("text") or "" for p in parts], [p for p in parts if "functionCall" in p])
             finish = candidate.get("finishReason")
         except (KeyError, IndexError, TypeError, AttributeError):
             raise bad("not a Gemini generateContent answer", data) from None
