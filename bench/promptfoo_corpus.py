@@ -31,6 +31,7 @@ import yaml
 from click.testing import CliRunner
 
 from evalfarm.cli import main as cli_main
+from evalfarm.providers.access import DEFAULT_KEY_ENVS
 
 KEY_ENVS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "VERTEX_API_KEY",
             "OPENROUTER_API_KEY", "MISTRAL_API_KEY", "AZURE_API_KEY", "AZURE_OPENAI_API_KEY", "EVAL_API_KEY")
@@ -100,7 +101,12 @@ def free_port() -> int:
 
 def run_one(spec: Path, url: str, work: Path) -> dict:
     report = work / "report.json"
-    env = dict(os.environ, **{k: "unused" for k in KEY_ENVS}, EVAL_EMBEDDINGS_BASE_URL=url)
+    # every key variable the spec names is set, and allowed on this host as the import's note tells the user to
+    # (GITHUB_TOKEN, HF_TOKEN, ... are not in evalfarm's default allow-list)
+    names = {a.get("api_key_env") for a in yaml.safe_load(spec.read_text())["adapters"]} - {None}
+    env = dict(os.environ, **{k: "unused" for k in (*KEY_ENVS, *names)}, EVAL_EMBEDDINGS_BASE_URL=url)
+    if names - set(DEFAULT_KEY_ENVS):
+        env["EVALFARM_KEY_ENV_ALLOW"] = ",".join(sorted({*DEFAULT_KEY_ENVS, *names}))
     env.pop("EVAL_BASE_URL", None)
     env.pop("EVAL_JUDGE_BASE_URL", None)
     proc = subprocess.run([sys.executable, "-m", "evalfarm.cli", "run", str(spec), "--base-url", url, "--judge-base-url",

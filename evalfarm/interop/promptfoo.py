@@ -25,7 +25,7 @@ from ..errors import SpecError
 from ..spec.sourcemap import dotted, line_for, load_yaml, read_text
 from .promptfoo_asserts import Refused, map_assert
 from .promptfoo_csv import tests_from_csv
-from .promptfoo_providers import _GEMINI_PARAMS, provider_family
+from .promptfoo_providers import _GEMINI_PARAMS, BROAD_KEYS, provider_family
 from .template import TemplateUnsupported, is_partial, line_of, prepare_vars, render, render_prompt, variables
 
 PROMPTFOO_VERSION = "0.123.1"  # the version whose behaviour this mirrors (and the tests install)
@@ -84,6 +84,8 @@ class _Template:
     line: int | None
     chat: bool = False
     default: bool = False  # the config has no prompts: promptfoo sends each test's ``prompt`` var
+    ref: str | None = None  # the prompt's id and label as the config wrote them (a provider's ``prompts``
+    given_label: str | None = None  # names one of them)
 
 
 @dataclass
@@ -117,6 +119,8 @@ class PromptfooImporter:
         self._mapped: dict[tuple, str] = {}  # (file, line, field) of an assertion -> its type
         self._refused_asserts: dict[tuple, str] = {}
         self._notes: list[str] = []
+        self._notes_prompts: list[str] | None = None
+        self._wanted: list[tuple[tuple, list[str] | None]] = []  # per imported adapter: (its loc, its prompts)
 
     # ---- findings -------------------------------------------------------------------------
     def note_endpoint(self, adapter: dict[str, Any], message: str, endpoint: bool = True) -> None:
@@ -195,6 +199,7 @@ class PromptfooImporter:
             self.refuse(doc.at(("targets",), "give 'providers' or 'targets', not both"))
         adapters = self._providers(doc)
         templates = self._prompts(doc)
+        adapters, templates = self._provider_prompts(doc, adapters, templates)
         default, grader = self._default_test(doc)
         tests = self._tests(doc, default)
         prompts, items = self._render_all(templates, tests)
@@ -235,7 +240,7 @@ class PromptfooImporter:
         adapters: list[dict[str, Any]] = []
         for i, entry in enumerate(entries):
             loc = (key, i) if isinstance(raw, list) else (key,)
-            self._notes = []
+            self._notes, self._notes_prompts = [], None
             try:
                 adapter = self.provider(entry)
             except Refused as exc:
@@ -243,6 +248,8 @@ class PromptfooImporter:
                 continue
             for note in self._notes:
                 self.caveat(doc.at(loc, note))
+            self._wanted.append((loc, self._notes_prompts))
+            self._notes_prompts = None
             base_id, n = adapter["id"], 2
             while any(a["id"] == adapter["id"] for a in adapters):
                 adapter["id"], n = f"{base_id}-{n}", n + 1
@@ -263,7 +270,7 @@ class PromptfooImporter:
         if "delay" in entry:  # promptfoo's pause between calls: evalfarm has its own limits (requests_per_minute)
             entry = {k: v for k, v in entry.items() if k != "delay"}
             self._notes.append(f"provider {entry.get('id')}: delay is not imported (set requests_per_minute)")
-        extra = sorted(set(entry) - {"id", "label", "config"})
+        extra = sorted(set(entry) - {"id", "label", "config", "prompts"})
         if extra:
             raise Refused(f"provider key {extra[0]!r} is not supported", field=extra[0])
         pid = entry["id"]
@@ -273,6 +280,11 @@ class PromptfooImporter:
         family = provider_family(pid)
         adapter: dict[str, Any] = {"id": entry.get("label") or pid, "provider": family.provider,
                                    "model": family.model}
+        if "prompts" in entry:  # the prompts this provider runs (labels or ids); _provider_prompts applies them
+            names = entry["prompts"] if isinstance(entry["prompts"], list) else [entry["prompts"]]
+            if not names or not all(isinstance(n, str) and n for n in names):
+                raise Refused("prompts must be a list of prompt labels or ids", field="prompts")
+            self._notes_prompts = names
         if family.base_url is not None:
             adapter["base_url"] = family.base_url
         if family.key_env:
@@ -301,8 +313,9 @@ class PromptfooImporter:
                 raise Refused("config.apiKey holds a key in the config; evalfarm reads keys from the "
                               "environment only: put it in a variable and name it with config.apiKeyEnvar",
                               field="config")
-            elif key in _DROPPED:
-                self._notes.append(f"provider {adapter['id']}: config.{key} is not imported ({_DROPPED[key]})")
+            elif key in _DROPPED or key in family.dropped:
+                why = family.dropped.get(key) or _DROPPED[key]
+                self._notes.append(f"provider {adapter['id']}: config.{key} is not imported ({why})")
             elif key == "passthrough" and family.provider in ("openai", "azure", "openai-responses"):
                 if not isinstance(value, dict):
                     raise Refused("config.passthrough must be a mapping (fields added to the request body)",
@@ -320,6 +333,10 @@ class PromptfooImporter:
                 raise Refused(f"config.{key} is not supported by the importer for {family.provider} providers",
                               field="config")
         family.finish(adapter, place, params, self)
+        if adapter.get("api_key_env") in BROAD_KEYS:
+            self.note_endpoint(adapter, f"{adapter['api_key_env']} opens more than a model API, so evalfarm's "
+                                        "default key allow-list leaves it out: add it to EVALFARM_KEY_ENV_ALLOW "
+                                        "where the calls run", endpoint=False)
         if params:
             adapter["params"] = params
         return adapter
@@ -331,6 +348,37 @@ class PromptfooImporter:
         if not isinstance(value, (list, dict, str)) or (isinstance(value, str) and key in ("tools", "functions")):
             raise Refused(f"config.{key} must be a list or mapping (or a file:// JSON/YAML file)", field="config")
         return value
+
+    def _provider_prompts(self, doc: _Doc, adapters: list[dict], templates: list[_Template]
+                          ) -> tuple[list[dict], list[_Template]]:
+        """A provider's ``prompts`` (labels, ids, ``label:*`` prefixes) restricts it to those prompts. evalfarm
+        runs every prompt on every adapter: the first provider's prompts are imported, and a provider that
+        runs a different set is refused by name."""
+        if all(names is None for _, names in self._wanted):
+            return adapters, templates
+
+        def runs(names: list[str] | None) -> list[int]:
+            if names is None:
+                return list(range(len(templates)))
+            return [i for i, t in enumerate(templates)
+                    if any(n in (t.label, t.ref, t.given_label)
+                           or (n.endswith("*") and (t.given_label or t.label).startswith(n[:-1])) for n in names)]
+
+        chosen = runs(self._wanted[0][1])
+        kept = []
+        for adapter, (loc, names) in zip(adapters, self._wanted):
+            mine = runs(names)
+            if mine == chosen:
+                kept.append(adapter)
+                continue
+            shown = ", ".join((templates[i].given_label or templates[i].label)[:40] for i in chosen) or "none"
+            self.refuse(doc.at(loc, f"provider {adapter['id']} runs other prompts than the first provider ({shown}): "
+                                    "evalfarm runs every prompt on every adapter; import such providers from a "
+                                    "config of their own", sub="prompts"))
+        if len(chosen) < len(templates):
+            self.caveat(doc.at(("prompts",), f"{len(templates) - len(chosen)} prompt(s) no imported provider runs "
+                                             "are not imported"))
+        return kept, [templates[i] for i in chosen]
 
     # ---- prompts -------------------------------------------------------------------------------------
     def _prompts(self, doc: _Doc) -> list[_Template]:
@@ -350,7 +398,9 @@ class PromptfooImporter:
         for sub, entry in entries:
             loc = ("prompts", *sub)
             try:
-                templates += self._prompt_entry(entry, doc, loc)
+                ref = entry.get("id", entry.get("raw")) if isinstance(entry, dict) else entry
+                given = entry.get("label") if isinstance(entry, dict) else None
+                templates += [_with_ref(t, ref, given) for t in self._prompt_entry(entry, doc, loc)]
             except _Located as exc:
                 self.refuse(Finding(exc.path, exc.line, dotted(loc), str(exc)))
             except Refused as exc:
@@ -714,6 +764,12 @@ class _Located(Refused):
 _NOT_JSON = object()
 _FILE_EXTENSIONS = (".cjs", ".cts", ".j2", ".js", ".json", ".jsonl", ".md", ".mjs", ".mts", ".py", ".ts", ".txt",
                     ".yml", ".yaml")
+
+
+def _with_ref(tpl: _Template, ref: Any, label: Any) -> _Template:
+    tpl.ref = ref if isinstance(ref, str) else None
+    tpl.given_label = label if isinstance(label, str) else None
+    return tpl
 
 
 def maybe_file_path(text: str) -> bool:

@@ -66,6 +66,8 @@ _OPENAI_EXTRA = {"verbosity": "verbosity", "search_parameters": "search_paramete
                  "search_after_date_filter", "search_before_date_filter": "search_before_date_filter",
                  "max_new_tokens": "max_tokens", "maxTokens": "max_tokens"}
 _OPENAI_TOOLS = frozenset({"tools", "tool_choice", "parallel_tool_calls", "functions", "function_call"})
+# key variables that are broader credentials than a model API key: the farm's key allow-list leaves them out
+BROAD_KEYS = frozenset({"GITHUB_TOKEN", "HF_TOKEN", "DATABRICKS_TOKEN", "CLOUDFLARE_API_KEY"})
 _NOT_CHAT = {"chat", "responses", "completion", "embedding", "embeddings", "assistant", "image", "realtime",
              "moderation", "video", "voice", "audio", "transcription", "agents", "chatkit", "live", "tts",
              "claude-agent-sdk", "messages"}
@@ -88,6 +90,7 @@ class Family:
     param_names: dict[str, str] = field(default_factory=dict)  # config keys that are params, renamed
     finish: Callable[[dict, dict, dict, Any], None] = _none
     tool_keys: frozenset = frozenset()  # config keys holding tool definitions (inline or file://), sent as written
+    dropped: dict[str, str] = field(default_factory=dict)  # config keys that do not change the answer: why
 
 
 def _model(pid: str, rest: str) -> str:
@@ -135,10 +138,12 @@ def _bedrock(adapter: dict, place: dict, params: dict, importer: Any) -> None:
     if not isinstance(region, str) or not re.fullmatch(r"[a-z0-9-]+", region):
         raise Refused("config.region must be an AWS region name", field="config")
     adapter["base_url"] = f"https://bedrock-runtime.{region}.amazonaws.com"
-    # inferenceConfig (Converse), interfaceConfig (promptfoo's Nova options): the same settings by two names
-    names = {"maxTokens": "max_tokens", "max_new_tokens": "max_tokens", "temperature": "temperature",
-             "topP": "top_p", "top_p": "top_p", "stopSequences": "stop", "top_k": "top_k"}
-    for block in ("inferenceConfig", "interfaceConfig"):
+    # inferenceConfig (Converse), interfaceConfig (promptfoo's Nova options), textGenerationConfig (Titan):
+    # the same settings by three names
+    names = {"maxTokens": "max_tokens", "max_new_tokens": "max_tokens", "maxTokenCount": "max_tokens",
+             "temperature": "temperature", "topP": "top_p", "top_p": "top_p", "stopSequences": "stop",
+             "top_k": "top_k"}
+    for block in ("inferenceConfig", "interfaceConfig", "textGenerationConfig"):
         inference = place.get(block) or {}
         if not isinstance(inference, dict):
             raise Refused(f"config.{block} must be a mapping", field="config")
@@ -228,7 +233,8 @@ def _http(adapter: dict, place: dict, params: dict, importer: Any) -> None:
 
 _GEMINI_TOOLS = frozenset({"tools", "toolConfig"})
 _GEMINI_NAMES = {"maxOutputTokens": "max_tokens", "topP": "top_p", "responseSchema": "responseSchema",
-                 "responseMimeType": "responseMimeType"}  # the last two: generationConfig fields
+                 "responseMimeType": "responseMimeType",  # generationConfig fields
+                 "systemInstruction": "systemInstruction"}  # the request's (used when the prompt has no system)
 
 
 def _responses(pid: str, rest: str, base: str, key_env: str) -> Family:
@@ -246,10 +252,49 @@ def _responses_finish(adapter: dict, place: dict, params: dict, importer: Any) -
         params["text"] = {**text, "verbosity": params.pop("verbosity")}
 
 
+_ENV_REF = re.compile(r"\{\{\s*env\.[A-Za-z_][A-Za-z0-9_]*\s*\}\}")
+
+
+def _plain(place: dict, name: str, pattern: str, what: str) -> str | None:
+    """A config value naming part of an endpoint: None when absent or read from the environment
+    (``{{env.NAME}}``: promptfoo reads it at run time; the import then notes what to set)."""
+    value = place.get(name)
+    if value is None or (isinstance(value, str) and _ENV_REF.fullmatch(value.strip())):
+        return None
+    if not isinstance(value, str) or not re.fullmatch(pattern, value):
+        raise Refused(f"config.{name} must be {what}", field="config")
+    return value
+
+
+def _databricks(adapter: dict, place: dict, params: dict, importer: Any) -> None:
+    url = _plain(place, "workspaceUrl", r"https://[A-Za-z0-9.-]+/?", "https://HOST")
+    if url:  # promptfoo: pay-per-token endpoints at .../serving-endpoints/MODEL/invocations, others the same path
+        adapter["base_url"] = f"{url.rstrip('/')}/serving-endpoints/{adapter['model']}/invocations"
+    else:
+        importer.note_endpoint(adapter, "the Databricks workspace is not in the config (promptfoo reads "
+                                        "DATABRICKS_WORKSPACE_URL): set base_url to https://WORKSPACE/serving-endpoints/"
+                                        f"{adapter['model']}/invocations, or pass --base-url")
+
+
+# Cloudflare AI Gateway routes imported: upstream -> (wire, key variable); the gateway forwards the upstream's key
+_GATEWAY_UPSTREAMS = {"openai": ("openai", "OPENAI_API_KEY"), "groq": ("openai", "GROQ_API_KEY"),
+                      "mistral": ("openai", "MISTRAL_API_KEY"), "grok": ("openai", "XAI_API_KEY"),
+                      "perplexity-ai": ("openai", "PERPLEXITY_API_KEY"),
+                      "anthropic": ("anthropic", "ANTHROPIC_API_KEY")}
+
+
+def _gateway(upstream: str, adapter: dict, place: dict, params: dict, importer: Any) -> None:
+    ids = [_plain(place, "accountId", r"[\w-]+", "a plain id"), _plain(place, "gatewayId", r"[\w-]+", "a plain id")]
+    account, gateway = ids[0] or "ACCOUNT", ids[1] or "GATEWAY"
+    base = f"https://gateway.ai.cloudflare.com/v1/{account}/{gateway}/{upstream}"
+    adapter["base_url"] = base + ("/v1" if upstream == "anthropic" else "")  # the Anthropic wire adds /messages
+    if not all(ids):
+        importer.note_endpoint(adapter, "the Cloudflare account or gateway is not in the config (promptfoo reads "
+                                        f"CLOUDFLARE_ACCOUNT_ID/CLOUDFLARE_GATEWAY_ID): edit base_url {base}")
+
+
 def _cloudflare(adapter: dict, place: dict, params: dict, importer: Any) -> None:
-    account = place.get("accountId")
-    if account is not None and (not isinstance(account, str) or not re.fullmatch(r"[\w-]+", account)):
-        raise Refused("config.accountId must be a Cloudflare account id", field="config")
+    account = _plain(place, "accountId", r"[\w-]+", "a Cloudflare account id")
     if account:
         adapter["base_url"] = f"https://api.cloudflare.com/client/v4/accounts/{account}/ai/v1"
     elif "base_url" not in adapter:
@@ -299,7 +344,8 @@ def provider_family(pid: str) -> Family:
             raise Refused(f"provider {pid!r} is not a chat model evalfarm can call (supported: {SUPPORTED})",
                           field="id")
         return Family("bedrock", _model(pid, rest), None, "AWS_BEARER_TOKEN_BEDROCK",
-                      place_keys=frozenset({"region", "inferenceModelType", "inferenceConfig", "interfaceConfig"}),
+                      place_keys=frozenset({"region", "inferenceModelType", "inferenceConfig", "interfaceConfig",
+                                            "textGenerationConfig"}),
                       finish=_bedrock,
                       param_names={"maxTokens": "max_tokens", "max_new_tokens": "max_tokens",
                                    "max_gen_len": "max_tokens", "topP": "top_p", "top_k": "top_k",
@@ -318,6 +364,26 @@ def provider_family(pid: str) -> Family:
         return Family("openai", _model(pid, rest[len("chat:"):]), None, "CLOUDFLARE_API_KEY",
                       place_keys=frozenset({"accountId"}), finish=_cloudflare, param_names=_OPENAI_EXTRA,
                       tool_keys=_OPENAI_TOOLS)
+    if prefix == "databricks":  # Mosaic AI Model Serving: an endpoint's OpenAI-compatible invocations URL
+        return Family("openai", _model(pid, rest), None, "DATABRICKS_TOKEN",
+                      place_keys=frozenset({"workspaceUrl", "isPayPerToken"}), finish=_databricks,
+                      param_names={**_OPENAI_EXTRA, "usageContext": "usage_context"}, tool_keys=_OPENAI_TOOLS)
+    if prefix == "cloudflare-gateway":
+        upstream, _, model = rest.partition(":")
+        if upstream not in _GATEWAY_UPSTREAMS:
+            raise Refused(f"provider {pid!r}: only the gateway's {', '.join(sorted(_GATEWAY_UPSTREAMS))} routes are "
+                          "imported", field="id")
+        kind, key_env = _GATEWAY_UPSTREAMS[upstream]
+        return Family(kind, _model(pid, model), None, key_env,
+                      place_keys=frozenset({"accountId", "gatewayId"}),
+                      finish=lambda a, p, q, i: _gateway(upstream, a, p, q, i),
+                      param_names=_OPENAI_EXTRA if kind == "openai" else {"max_tokens": "max_tokens", "top_k": "top_k"},
+                      tool_keys=_OPENAI_TOOLS if kind == "openai" else frozenset({"tools", "tool_choice"}))
+    if prefix == "truefoundry":  # TrueFoundry's LLM gateway (OpenAI chat); metadata/loggingConfig are its headers
+        return Family("openai", _model(pid, rest), "https://llm-gateway.truefoundry.com", "TRUEFOUNDRY_API_KEY",
+                      param_names=_OPENAI_EXTRA, tool_keys=_OPENAI_TOOLS,
+                      dropped={"metadata": "TrueFoundry's request metadata header, for its logs",
+                               "loggingConfig": "TrueFoundry's request logging header"})
     if prefix in COMPATIBLE and (prefix != "huggingface" or rest.startswith("chat:")):
         if rest.startswith("chat:"):
             rest = rest[len("chat:"):]

@@ -4,7 +4,9 @@ with ``Authorization: Bearer`` and an access token, e.g. ``gcloud auth print-acc
 
 The system prompt is ``systemInstruction``; params become ``generationConfig`` (``max_tokens`` ->
 ``maxOutputTokens``, ``top_p`` -> ``topP``, ``stop`` -> ``stopSequences``); usage is
-``usageMetadata.promptTokenCount``/``candidatesTokenCount``; ``finishReason: MAX_TOKENS`` is truncated."""
+``usageMetadata.promptTokenCount``/``candidatesTokenCount``; ``finishReason: MAX_TOKENS`` is truncated.
+The params ``tools``, ``toolConfig`` and ``systemInstruction`` are request fields (the prompt's system wins);
+function calls in the answer become JSON text after any text (``wire.tool_text``)."""
 from __future__ import annotations
 
 import json
@@ -40,10 +42,10 @@ class GeminiWire(Wire):
             config["stopSequences"] = [config["stopSequences"]]
         body: dict[str, Any] = {"contents": [{"role": "model" if m["role"] == "assistant" else "user",
                                               "parts": [{"text": m["content"]}]} for m in rest]}
-        for key in ("tools", "toolConfig"):  # top-level fields of the request, not generation options
+        for key in ("tools", "toolConfig", "systemInstruction"):  # request fields, not generation options
             if key in config:
                 body[key] = config.pop(key)
-        if system is not None:
+        if system is not None:  # the prompt's system prompt wins over an adapter's systemInstruction
             body["systemInstruction"] = {"parts": [{"text": system}]}
         if config:
             body["generationConfig"] = config

@@ -43,7 +43,8 @@ class Wire:
 
     def url(self, ep: Any) -> str:
         base = ep.base_url.rstrip("/")
-        return base if base.endswith("/chat/completions") else base + "/chat/completions"
+        # a full URL is used as it is: .../chat/completions, or a serving endpoint's .../invocations (Databricks)
+        return base if base.endswith(("/chat/completions", "/invocations")) else base + "/chat/completions"
 
     def method(self, ep: Any) -> str:
         return "POST"
