@@ -231,10 +231,9 @@ def _http(adapter: dict, place: dict, params: dict, importer: Any) -> None:
         raise Refused(f"config.{next(iter(params))}: the http provider sends only its body", field="config")
 
 
-_GEMINI_TOOLS = frozenset({"tools", "toolConfig"})
+_GEMINI_TOOLS = frozenset({"tools", "toolConfig", "systemInstruction"})  # inline or file://
 _GEMINI_NAMES = {"maxOutputTokens": "max_tokens", "topP": "top_p", "responseSchema": "responseSchema",
-                 "responseMimeType": "responseMimeType",  # generationConfig fields
-                 "systemInstruction": "systemInstruction"}  # the request's (used when the prompt has no system)
+                 "responseMimeType": "responseMimeType"}  # generationConfig fields
 
 
 def _responses(pid: str, rest: str, base: str, key_env: str) -> Family:

@@ -45,6 +45,8 @@ class GeminiWire(Wire):
         for key in ("tools", "toolConfig", "systemInstruction"):  # request fields, not generation options
             if key in config:
                 body[key] = config.pop(key)
+        if isinstance(body.get("systemInstruction"), str):  # promptfoo's short form: the text
+            body["systemInstruction"] = {"parts": [{"text": body["systemInstruction"]}]}
         if system is not None:  # the prompt's system prompt wins over an adapter's systemInstruction
             body["systemInstruction"] = {"parts": [{"text": system}]}
         if config:
