@@ -214,3 +214,43 @@ def test_a_serving_endpoint_url_is_used_whole():
     url = "https://dbc-1.cloud.databricks.com/serving-endpoints/e1/invocations"
     assert OPENAI_CHAT.url(SimpleNamespace(base_url=url)) == url
     assert OPENAI_CHAT.url(SimpleNamespace(base_url="https://x/v1/")) == "https://x/v1/chat/completions"
+
+
+def test_replicate_models_import_and_run_on_the_predictions_api(provider, tmp_path):
+    """Failed on main: provider 'replicate' not supported. promptfoo spreads the config into the model's input,
+    wraps the prompt in config.prompt's prefix/suffix and joins a language model's output tokens."""
+    config = tmp_path / "promptfooconfig.yaml"
+    config.write_text("""\
+prompts: ["Say {{word}}"]
+providers:
+  - id: replicate:meta/llama-2-7b-chat
+    config: {temperature: 0.01, max_new_tokens: 64, prompt: {prefix: "[INST] ", suffix: " [/INST]"}}
+  - replicate:cjwbw/gemma-7b-it:2790a695e5dc
+  - replicate:image:black-forest-labs/flux-dev
+tests:
+  - vars: {word: hello}
+    assert: [{type: contains, value: hello}]
+""")
+    out = tmp_path / "spec.yaml"
+    strict = run_cli("import", "promptfoo", str(config), "-o", str(out))
+    assert strict.returncode == 2
+    assert "provider 'replicate:image:black-forest-labs/flux-dev' is not a chat model" in strict.stderr
+    done = run_cli("import", "promptfoo", str(config), "-o", str(out), "--skip-unsupported")
+    assert done.returncode == 0, done.stderr
+    spec = yaml.safe_load(out.read_text())
+    assert [(a["provider"], a["model"], a["base_url"], a["api_key_env"]) for a in spec["adapters"]] == [
+        ("replicate", "meta/llama-2-7b-chat", "https://api.replicate.com/v1", "REPLICATE_API_TOKEN"),
+        ("replicate", "cjwbw/gemma-7b-it:2790a695e5dc", "https://api.replicate.com/v1", "REPLICATE_API_TOKEN")]
+    mock = provider()
+    ran = run_cli("run", str(out), "--base-url", mock.url, "-o", str(tmp_path / "r.json"), "--json",
+                  "--state-dir", str(tmp_path / "st"), REPLICATE_API_TOKEN="k")
+    assert ran.returncode == 0, ran.stderr
+    outcomes = {o["adapter"]: o for o in json.loads((tmp_path / "r.json").read_text())["outcomes"]}
+    assert not [o["error"] for o in outcomes.values() if o["error"]]
+    # the mock answers with the prompt it got, as a list of tokens: joined back into the text
+    assert outcomes["replicate:meta/llama-2-7b-chat"]["output"] == "[INST] Say hello [/INST]"
+    assert outcomes["replicate:cjwbw/gemma-7b-it:2790a695e5dc"]["output"] == "Say hello"
+    sent = {r["path"]: r["body"] for r in mock.stats_requests()}
+    assert sent["/v1/models/meta/llama-2-7b-chat/predictions"]["input"] == {
+        "temperature": 0.01, "max_new_tokens": 64, "prompt": "[INST] Say hello [/INST]"}
+    assert sent["/v1/predictions"] == {"version": "2790a695e5dc", "input": {"prompt": "Say hello"}}

@@ -36,6 +36,7 @@ _BUILTIN_ADAPTERS: dict[str, str] = {
     "azure": "evalfarm.providers.azure:AzureAdapter",
     "http": "evalfarm.providers.http_json:HttpJsonAdapter",
     "bedrock": "evalfarm.providers.bedrock:BedrockAdapter",
+    "replicate": "evalfarm.providers.replicate:ReplicateAdapter",
     "agent": "evalfarm.agents.adapter:AgentAdapter",  # coding agents in git worktrees (spawn mode)
     "stored": "evalfarm.engine.stored:StoredAdapter",  # a re-scoring run's stand-in: never called
 }

@@ -324,7 +324,7 @@ class PromptfooImporter:
             elif key in family.tool_keys:
                 # tools are written in the provider's own format; the wire puts them where its API reads them
                 params[key] = self._tool_value(value, key)
-            elif key in _PARAMS or key in family.param_names:
+            elif key in _PARAMS or key in family.param_names or family.any_params:
                 params[family.param_names.get(key, key)] = value
             elif key == "generationConfig" and family.provider in ("gemini", "vertex") and isinstance(value, dict):
                 for k, v in value.items():  # unknown keys pass through into generationConfig (wire: gemini)

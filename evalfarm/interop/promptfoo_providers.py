@@ -13,6 +13,7 @@
     ollama:chat:, cloudflare-ai:chat: (config.accountId)
                                          openai (chat completions) at the service's OpenAI-compatible URL
     xai:responses:MODEL                  openai-responses at xAI
+    replicate:OWNER/NAME[:VERSION]       replicate (predictions), REPLICATE_API_TOKEN; config keys are inputs
     echo                                 echo (the answer is the prompt)
 
 Tools (``tools``, ``tool_choice``, ``functions``; Gemini ``toolConfig``; Bedrock ``toolChoice``/``toolConfig``)
@@ -73,7 +74,7 @@ _NOT_CHAT = {"chat", "responses", "completion", "embedding", "embeddings", "assi
              "claude-agent-sdk", "messages"}
 SUPPORTED = ("openai:MODEL, openai:chat:MODEL, openai:responses:MODEL, anthropic:messages:MODEL, google:MODEL, "
              "vertex:MODEL, azure:chat:DEPLOYMENT, bedrock:MODEL, http/https, and OpenAI-compatible " + ", ".join(COMPATIBLE)
-             + ", ollama:chat, cloudflare-ai:chat, xai:responses, echo")
+             + ", ollama:chat, cloudflare-ai:chat, xai:responses, replicate:OWNER/NAME, echo")
 
 
 def _none(adapter: dict[str, Any], place: dict[str, Any], params: dict[str, Any], importer: Any) -> None:
@@ -91,6 +92,7 @@ class Family:
     finish: Callable[[dict, dict, dict, Any], None] = _none
     tool_keys: frozenset = frozenset()  # config keys holding tool definitions (inline or file://), sent as written
     dropped: dict[str, str] = field(default_factory=dict)  # config keys that do not change the answer: why
+    any_params: bool = False  # every other config key is a request param under its own name (Replicate's inputs)
 
 
 def _model(pid: str, rest: str) -> str:
@@ -378,6 +380,11 @@ def provider_family(pid: str) -> Family:
                       finish=lambda a, p, q, i: _gateway(upstream, a, p, q, i),
                       param_names=_OPENAI_EXTRA if kind == "openai" else {"max_tokens": "max_tokens", "top_k": "top_k"},
                       tool_keys=_OPENAI_TOOLS if kind == "openai" else frozenset({"tools", "tool_choice"}))
+    if prefix == "replicate":  # predictions API; every config key is a model input (promptfoo spreads config)
+        if rest.split(":")[0] in ("image", "moderation", "embedding", "embeddings") or "/" not in rest:
+            raise Refused(f"provider {pid!r} is not a chat model evalfarm can call (supported: {SUPPORTED})",
+                          field="id")
+        return Family("replicate", rest, "https://api.replicate.com/v1", "REPLICATE_API_TOKEN", any_params=True)
     if prefix == "truefoundry":  # TrueFoundry's LLM gateway (OpenAI chat); metadata/loggingConfig are its headers
         return Family("openai", _model(pid, rest), "https://llm-gateway.truefoundry.com", "TRUEFOUNDRY_API_KEY",
                       param_names=_OPENAI_EXTRA, tool_keys=_OPENAI_TOOLS,
