@@ -254,3 +254,27 @@ tests:
     assert sent["/v1/models/meta/llama-2-7b-chat/predictions"]["input"] == {
         "temperature": 0.01, "max_new_tokens": 64, "prompt": "[INST] Say hello [/INST]"}
     assert sent["/v1/predictions"] == {"version": "2790a695e5dc", "input": {"prompt": "Say hello"}}
+
+
+def test_a_redteam_config_without_tests_is_refused_in_one_line(tmp_path):
+    """Before: imported with --skip-unsupported as its prompts with empty vars and no checks (12 of
+    promptfoo's examples). A generated redteam.yaml (tests written out) imports its tests."""
+    config = tmp_path / "promptfooconfig.yaml"
+    config.write_text("prompts: ['Answer: {{query}}']\nproviders: [openai:gpt-4o-mini]\n"
+                      "redteam:\n  plugins: [harmful:hate]\n  strategies: [jailbreak]\n")
+    out = tmp_path / "spec.yaml"
+    done = run_cli("import", "promptfoo", str(config), "-o", str(out), "--skip-unsupported")
+    assert done.returncode == 2 and not out.exists()
+    assert done.stderr.strip().splitlines() == [
+        f"evalfarm: error: {config}:3: redteam: a red-team config is not an eval of a fixed suite (promptfoo "
+        "redteam generate writes its tests); evalfarm does not import it: import the generated redteam.yaml"]
+
+    config.write_text("providers: [openai:gpt-4o-mini]\nredteam:\n  plugins: [harmful:hate]\ntests:\n"
+                      "  - vars: {prompt: 'an attack'}\n"
+                      "    assert: [{type: 'promptfoo:redteam:harmful:hate', metric: Hate}]\n")
+    done = run_cli("import", "promptfoo", str(config), "-o", str(out), "--skip-unsupported")
+    assert done.returncode == 0, done.stderr
+    assert "redteam: the red-team plugins and strategies are not imported (the tests they generated are)" \
+        in done.stderr
+    assert "assertion type 'promptfoo:redteam:harmful:hate' is not supported" in done.stderr
+    assert [p["text"] for p in yaml.safe_load(out.read_text())["prompts"]] == ["an attack"]

@@ -189,8 +189,16 @@ class PromptfooImporter:
         doc = self._load_doc(self.config)
         if not isinstance(doc.data, dict):
             raise SpecError("a promptfoo config must be a YAML mapping", path=str(self.config), line=1)
+        if "redteam" in doc.data and not doc.data.get("tests"):
+            # `promptfoo redteam` generates the tests from plugins and strategies: there is no suite to import
+            raise SpecError("redteam: a red-team config is not an eval of a fixed suite (promptfoo redteam "
+                            "generate writes its tests); evalfarm does not import it: import the generated "
+                            "redteam.yaml", path=str(self.config), line=line_for(doc.lines, ("redteam",)))
         for key in doc.data:
-            if key in _TOP_IGNORED:
+            if key == "redteam":  # generated tests are here: they are imported, the generator's settings are not
+                self.refuse(doc.at((key,), "redteam: the red-team plugins and strategies are not imported (the "
+                                           "tests they generated are)"))
+            elif key in _TOP_IGNORED:
                 self.caveat(doc.at((key,), "not imported (it does not change what is measured)"
                                    + ("; set keys in your environment, never in a spec" if key == "env" else "")))
             elif key not in _TOP_IMPORTED:
