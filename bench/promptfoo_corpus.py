@@ -87,7 +87,8 @@ def import_one(runner: CliRunner, config: Path, out: Path, skip: bool) -> tuple[
                and not re.search(r"no provider could be imported|no prompt could be imported|does not validate",
                                  ln) and not ln.startswith("evalfarm: error: " + str(config) + ": no such")]
     final = next((ln for ln in reversed(lines) if re.search(
-        r"no provider could be imported|no prompt could be imported|does not validate|nothing written", ln)), "")
+        r"no provider could be imported|no prompt could be imported|does not validate|nothing written|"
+        r"a red-team config is not an eval", ln)), "")
     if res.exception is not None and not isinstance(res.exception, SystemExit):
         final = f"crash {type(res.exception).__name__}: {res.exception}"
     return res.exit_code, refused, final
@@ -164,8 +165,8 @@ def main() -> int:
     strict = sum(r["strict"] for r in results)
     skip = sum(r["skip"] for r in results)
     by_reason = Counter(x for r in results for x in r["reasons"])
-    refused_final = Counter(re.sub(r"^.*?: (no provider|no prompt|the imported spec does not validate)",
-                                   r"\1", r["final"]).split(";")[0][:70]
+    refused_final = Counter(re.sub(r"^.*?: (no provider|no prompt|the imported spec does not validate|redteam: a "
+                                   r"red-team config)", r"\1", r["final"]).split(";")[0][:70]
                             for r in results if not r["skip"])
     print(f"corpus: {args.corpus} ({n} configs)")
     print(f"imported strictly: {strict} / {n}")

@@ -205,6 +205,27 @@ tests:
     assert bodies["gpt-5.1"]["text"] == {"verbosity": "low"}  # where promptfoo sends it on the Responses API
 
 
+def test_an_http_body_var_with_one_value_in_every_test_is_filled_in(tmp_path):
+    """Failed on main: 'http body template(s) model: only {{prompt}} is supported' (promptfoo's http-provider
+    example sends {{model}}, gpt-5 in every test)."""
+    config = tmp_path / "promptfooconfig.yaml"
+    body = "{prompt: '{{prompt}}', model: '{{model}}', session: '{{sid}}'}"
+    config.write_text(f"prompts: ['Tweet about {{{{topic}}}}']\nproviders:\n  - id: https://x.example/api\n"
+                      f"    config: {{body: {body}, transformResponse: json.output}}\n"
+                      "defaultTest: {vars: {model: gpt-5, sid: s1}}\ntests:\n  - vars: {topic: a}\n"
+                      "  - vars: {topic: b}\n")
+    out = tmp_path / "spec.yaml"
+    done = run_cli("import", "promptfoo", str(config), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(out.read_text())["adapters"][0]["http"]["body"] == {
+        "prompt": "{{prompt}}", "model": "gpt-5", "session": "s1"}
+    config.write_text(config.read_text().replace("  - vars: {topic: b}", "  - vars: {topic: b, sid: s2}"))
+    refused = run_cli("import", "promptfoo", str(config), "-o", str(out))
+    assert refused.returncode == 2
+    assert ("providers[0].config: http body template(s) model, sid: only {{prompt}} and vars with one value in "
+            "every test are supported (sid varies or is missing)") in refused.stderr
+
+
 def test_a_serving_endpoint_url_is_used_whole():
     """Databricks' .../serving-endpoints/NAME/invocations takes the chat body at that URL: no suffix added."""
     from types import SimpleNamespace

@@ -25,7 +25,7 @@ from ..errors import SpecError
 from ..spec.sourcemap import dotted, line_for, load_yaml, read_text
 from .promptfoo_asserts import Refused, map_assert
 from .promptfoo_csv import tests_from_csv
-from .promptfoo_providers import _GEMINI_PARAMS, BROAD_KEYS, provider_family
+from .promptfoo_providers import _GEMINI_PARAMS, BROAD_KEYS, fill_body_vars, provider_family
 from .template import TemplateUnsupported, is_partial, line_of, prepare_vars, render, render_prompt, variables
 
 PROMPTFOO_VERSION = "0.123.1"  # the version whose behaviour this mirrors (and the tests install)
@@ -210,6 +210,7 @@ class PromptfooImporter:
         adapters, templates = self._provider_prompts(doc, adapters, templates)
         default, grader = self._default_test(doc)
         tests = self._tests(doc, default)
+        adapters = self._fill_body_vars(doc, adapters, tests)
         prompts, items = self._render_all(templates, tests)
         spec: dict[str, Any] = {"name": self._name(doc), "adapters": adapters, "prompts": prompts}
         if any(p.get("criteria") for p in prompts):
@@ -357,6 +358,19 @@ class PromptfooImporter:
             raise Refused(f"config.{key} must be a list or mapping (or a file:// JSON/YAML file)", field="config")
         return value
 
+    def _fill_body_vars(self, doc: _Doc, adapters: list[dict], tests: list[_Test]) -> list[dict]:
+        combos = [combo for t in tests if not t.dropped for combo in _combinations(t.vars)]
+        kept = []
+        for adapter, (loc, _) in zip(adapters, self._wanted):
+            try:
+                fill_body_vars(adapter, combos)
+            except Refused as exc:
+                self.refuse(doc.at(loc, str(exc), sub=exc.field))
+                continue
+            kept.append(adapter)
+        self._wanted = [w for a, w in zip(adapters, self._wanted) if any(a is k for k in kept)]
+        return kept
+
     def _provider_prompts(self, doc: _Doc, adapters: list[dict], templates: list[_Template]
                           ) -> tuple[list[dict], list[_Template]]:
         """A provider's ``prompts`` (labels, ids, ``label:*`` prefixes) restricts it to those prompts. evalfarm
@@ -383,6 +397,7 @@ class PromptfooImporter:
             self.refuse(doc.at(loc, f"provider {adapter['id']} runs other prompts than the first provider ({shown}): "
                                     "evalfarm runs every prompt on every adapter; import such providers from a "
                                     "config of their own", sub="prompts"))
+        self._wanted = [w for a, w in zip(adapters, self._wanted) if any(a is k for k in kept)]
         if len(chosen) < len(templates):
             self.caveat(doc.at(("prompts",), f"{len(templates) - len(chosen)} prompt(s) no imported provider runs "
                                              "are not imported"))

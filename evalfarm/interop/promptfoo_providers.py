@@ -195,8 +195,11 @@ def _http(adapter: dict, place: dict, params: dict, importer: Any) -> None:
     if body is None:
         raise Refused("the http provider needs config.body (JSON with {{prompt}})", field="config")
     others = sorted({t for t in _templates(body) if t != "prompt"})
-    if others:
-        raise Refused(f"http body template(s) {', '.join(others)}: only {{{{prompt}}}} is supported", field="config")
+    if any(not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", t) for t in others):
+        raise Refused(f"http body template(s) {', '.join(others)}: only {{{{prompt}}}} and plain vars are supported",
+                      field="config")
+    if others:  # filled in by the importer when each has one value in every test (fill_body_vars)
+        adapter["_body_vars"] = others
     if "prompt" not in _templates(body):
         raise Refused("the http body has no {{prompt}}", field="config")
     headers: dict[str, str] = {}
@@ -302,6 +305,31 @@ def _cloudflare(adapter: dict, place: dict, params: dict, importer: Any) -> None
         importer.note_endpoint(adapter, "the Cloudflare account is not in the config (promptfoo reads "
                                         "CLOUDFLARE_ACCOUNT_ID): set base_url to https://api.cloudflare.com/client/v4/"
                                         "accounts/ACCOUNT/ai/v1, or pass --base-url")
+
+
+def fill_body_vars(adapter: dict, combos: list[dict[str, Any]]) -> None:
+    """An http body's ``{{var}}`` with one string value in every test is that constant; else Refused."""
+    names = adapter.pop("_body_vars", None)
+    if not names:
+        return
+    values = {}
+    for name in names:
+        seen = {c.get(name) for c in combos}
+        if len(seen) != 1 or not isinstance(next(iter(seen)), str):
+            raise Refused(f"http body template(s) {', '.join(names)}: only {{{{prompt}}}} and vars with one value "
+                          f"in every test are supported ({name} varies or is missing)", field="config")
+        values[name] = next(iter(seen))
+
+    def fill(value: Any) -> Any:
+        if isinstance(value, str):
+            return _TEMPLATE.sub(lambda m: values.get(m.group(1), m.group(0)), value)
+        if isinstance(value, list):
+            return [fill(v) for v in value]
+        if isinstance(value, dict):
+            return {k: fill(v) for k, v in value.items()}
+        return value
+
+    adapter["http"]["body"] = fill(adapter["http"]["body"])
 
 
 def provider_family(pid: str) -> Family:
