@@ -49,7 +49,8 @@ tests:
 def test_tools_are_sent_as_written_and_tool_calls_come_back_as_json_text(provider, tmp_path):
     """Failed on main: 'config.tools is not supported by the importer' for every provider."""
     (tmp_path / "anthropic_tools.yaml").write_text(
-        "- name: read_file\n  description: Read a file\n  input_schema: {type: object, properties: {path: {type: string}}}\n")
+        "- name: read_file\n  description: Read a file\n"
+        "  input_schema: {type: object, properties: {path: {type: string}}}\n")
     config = tmp_path / "promptfooconfig.yaml"
     config.write_text(TOOLS_CONFIG)
     out = tmp_path / "spec.yaml"

@@ -276,8 +276,8 @@ def _databricks(adapter: dict, place: dict, params: dict, importer: Any) -> None
         adapter["base_url"] = f"{url.rstrip('/')}/serving-endpoints/{adapter['model']}/invocations"
     else:
         importer.note_endpoint(adapter, "the Databricks workspace is not in the config (promptfoo reads "
-                                        "DATABRICKS_WORKSPACE_URL): set base_url to https://WORKSPACE/serving-endpoints/"
-                                        f"{adapter['model']}/invocations, or pass --base-url")
+                                        "DATABRICKS_WORKSPACE_URL): set base_url to https://WORKSPACE/"
+                                        f"serving-endpoints/{adapter['model']}/invocations, or pass --base-url")
 
 
 # Cloudflare AI Gateway routes imported: upstream -> (wire, key variable); the gateway forwards the upstream's key
