@@ -107,6 +107,8 @@ class MockProvider:
         app.router.add_post("/v1/models/{call}", self.handler(native.GEMINI))
         app.router.add_post("/model/{model:.+}/converse", self.handler(native.BEDROCK))
         app.router.add_post("/v1/model/{model:.+}/converse", self.handler(native.BEDROCK))
+        app.router.add_post("/v1/models/{name:[^/]+/[^/]+}/predictions", self.handler(native.REPLICATE))
+        app.router.add_post("/v1/predictions", self.handler(native.REPLICATE))
         if getattr(self, "agents", None) is not None:  # --agent-script: mock/agents.py
             self.agents.attach(app)
         else:  # the eval side of the agents' protocols (mock/native.py)

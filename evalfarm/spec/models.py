@@ -292,7 +292,7 @@ AGENT_TIMEOUT_S = 1800.0  # an agent adapter's default timeout_s: the budget of 
 
 
 BATCH_PROVIDERS = ("openai", "anthropic")  # providers/batch_openai.py, providers/batch_anthropic.py
-NATIVE_PROVIDERS = ("anthropic", "gemini", "vertex", "openai-responses", "azure", "http", "bedrock")  # providers/*.py
+NATIVE_PROVIDERS = ("anthropic", "gemini", "vertex", "openai-responses", "azure", "http", "bedrock", "replicate")  # providers/*.py
 
 
 class HttpSpec(_Model):
@@ -326,7 +326,7 @@ class HttpSpec(_Model):
 class AdapterSpec(_Endpoint):
     """A model under test behind an OpenAI-compatible endpoint, a native protocol (``provider:`` one of
     anthropic, gemini, vertex, openai-responses, azure (``api_version`` required), http (``http:``
-    block), bedrock (Converse)), or (``provider: agent``) a coding agent
+    block), bedrock (Converse), replicate (predictions)), echo (the answer is the prompt), or (``provider: agent``) a coding agent
     run in a git worktree of the spec's ``workspace``: ``agent`` names its CLI, ``template`` is the
     command line of ``agent: command``, ``args`` go to the agent's argv; ``base_url`` is the model
     endpoint the agent calls (unset: the agent's own default) and ``timeout_s`` the task budget."""
