@@ -82,6 +82,11 @@ class AgentServer:
         calls = self.model_calls()
         return (sum(e["usage"]["input_tokens"] for e in calls), sum(e["usage"]["output_tokens"] for e in calls))
 
+    def side_tokens(self) -> tuple[int, int]:
+        """Tokens of the completions answered outside the script (side requests: opencode's title)."""
+        t = self.proc.stats()["tokens_sent"]
+        return t["input_tokens"], t["output_tokens"]
+
     def stop(self) -> None:
         self.proc.stop()
 
