@@ -86,6 +86,7 @@ class MockProvider:
         self.rng = random.Random(seed)
         self.seen: dict[str, int] = defaultdict(int)
         self.requests = 0
+        self.tokens_sent = [0, 0]  # input, output of every completion answered here (not the agent scripts')
         self.statuses: dict[int, int] = defaultdict(int)
         self.in_flight = self.max_in_flight = 0
         self.log: list[tuple[float, int]] = []  # (arrival, status), for tests of fleet-wide limits
@@ -140,7 +141,8 @@ class MockProvider:
 
     async def stats(self, request: web.Request) -> web.Response:
         body: dict[str, Any] = {"requests": self.requests, "statuses": self.statuses,
-                                "max_in_flight": self.max_in_flight}
+                                "max_in_flight": self.max_in_flight,
+                                "tokens_sent": {"input_tokens": self.tokens_sent[0], "output_tokens": self.tokens_sent[1]}}
         if request.query.get("log"):
             body["log"] = self.log
         if request.query.get("requests"):
@@ -251,6 +253,8 @@ class MockProvider:
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
         self.statuses[200] += 1
         self.answered += 1
+        self.tokens_sent[0] += prompt_tokens
+        self.tokens_sent[1] += len(text.split())  # what every protocol's answer reports as output
         return web.json_response(proto.answer(asked, text, finish, prompt_tokens, self.requests))
 
     def _reply(self, model: str, user: str, marks: dict[str, str]) -> tuple[str, str]:
