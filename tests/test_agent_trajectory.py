@@ -47,15 +47,23 @@ def test_real_agent_trajectory_has_the_scripted_steps_and_no_secret(tmp_path, ag
     results = {s["tool_call_id"]: s for s in steps if s["source"] == "tool_result"}
     calls = [e for e in server.model_calls() if e["model"] == MODELS[agent]]
     models = [s for s in steps if s["source"] == "model_call"]
+    # the relay's record is the second source: both accounts agree (calls and tokens), nothing marked
+    assert traj["sources"] == ["agent", "relay"] and traj["agreement"]["mismatched"] is False, traj["agreement"]
+    assert traj["agreement"]["relay_tokens"] == [4500, 90] and "trajectory_mismatch" not in out["agent"]
     if agent == "claude":
         assert [t["name"] for t in tools] == ["Read", "Edit"]
         assert tools[1]["arguments"]["new_string"] == 'print("hello, world")'
-        # each model reply's input tokens are the ones the server sent for that request, in order
+        # each model reply's input tokens are the ones the server sent for that request, in order, seen by both
         assert [m["input_tokens"] for m in models] == [e["usage"]["input_tokens"] for e in calls] == [1000, 1500, 2000]
-    else:
+        assert [m["relay"]["input_tokens"] for m in models] == [1000, 1500, 2000]
+        assert all(m["seen_by"] == ["agent", "relay"] and m["latency_ms"] > 0 for m in models)
+        assert traj["agreement"]["agent_model_calls"] == traj["agreement"]["relay_model_calls"] == 3
+    else:  # codex reports one usage per turn: the relay's calls are the per-request steps, before the turn's sum
         assert [t["name"] for t in tools] == ["exec", "apply_patch"] and "hello.py" in tools[0]["arguments"]["command"]
-        assert [(m["input_tokens"], m["output_tokens"]) for m in models] == [
-            (sum(e["usage"]["input_tokens"] for e in calls), sum(e["usage"]["output_tokens"] for e in calls))]
+        assert [(m["input_tokens"], m["output_tokens"], m.get("seen_by")) for m in models] == [
+            (e["usage"]["input_tokens"], e["usage"]["output_tokens"], ["relay"]) for e in calls] + [
+            (sum(e["usage"]["input_tokens"] for e in calls), sum(e["usage"]["output_tokens"] for e in calls), None)]
+        assert models[-1]["scope"] == "turn" and len(calls) == 3
     read = results[tools[0]["tool_call_id"]]["content"]
     assert "print(\"hello\")" in read and "# deploy: *** ***" in read  # masked, the rest kept
     assert steps.index(tools[0]) < steps.index(results[tools[0]["tool_call_id"]]) < steps.index(tools[1])

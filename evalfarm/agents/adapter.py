@@ -267,11 +267,14 @@ class AgentAdapter:
                 raise AgentRunError(f"setup failed ({why}): {setup.last_line()}", info)
         if state.get("cancelled"):
             raise AgentRunError("cancelled before the agent started", info)
+        relay_calls: list[dict[str, Any]] = []
         run = self._run_agent(prompt, box, binary, version, max(1.0, deadline - time.monotonic()), pass_env,
-                              env_fixed, limits, info)
+                              env_fixed, limits, info, relay_calls)
         info.update(self._usage_info(run, self.spec.model))
-        info.update(trajectory.store(self.driver.name, run.stdout_path, self.blob_dir,
-                                     [os.environ.get(self.key_from, "")], self.spec.model, version, prompt.text))
+        info.update(trajectory.store(
+            self.driver.name, run.stdout_path, self.blob_dir, [os.environ.get(self.key_from, "")], self.spec.model,
+            version, prompt.text, {k: box.scratch.private / n for k, n in self.driver.trajectory_files.items()},
+            relay_calls if info.get("relay") is not None else None))
         if info.get("relay") is not None and run.usage is not None:  # wire counts beside the agent's own
             info["relay"]["matches_agent"] = (info["relay"]["input_tokens"], info["relay"]["output_tokens"]) == (
                 run.usage.input_tokens, run.usage.output_tokens)
@@ -323,7 +326,7 @@ class AgentAdapter:
 
     def _run_agent(self, prompt: PromptSpec, box, binary: Path, version: str | None, timeout_s: float,
                    pass_env: tuple[str, ...], env_fixed: dict[str, str], limits: TaskLimits | None,
-                   info: dict[str, Any]) -> AgentRun:
+                   info: dict[str, Any], relay_calls: list[dict[str, Any]] | None = None) -> AgentRun:
         s = self.spec
         base_url, wrap, relay, relay_dir = s.base_url, None, None, None
         key_env = self.driver.key_env or self.key_from  # the variable the agent finds its key in
@@ -354,6 +357,8 @@ class AgentAdapter:
             if relay is not None:
                 relay.close()
                 info["relay"] = relay.as_dict()
+                if relay_calls is not None:
+                    relay_calls.extend(relay.calls)  # the trajectory's second source (trajectory.py)
             if relay_dir is not None:
                 shutil.rmtree(relay_dir, ignore_errors=True)
 
