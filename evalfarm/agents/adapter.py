@@ -274,7 +274,7 @@ class AgentAdapter:
         info.update(trajectory.store(
             self.driver.name, run.stdout_path, self.blob_dir, [os.environ.get(self.key_from, "")], self.spec.model,
             version, prompt.text, {k: box.scratch.private / n for k, n in self.driver.trajectory_files.items()},
-            relay_calls if info.get("relay") is not None else None))
+            relay_calls if info.get("relay") is not None else None, run.usage.as_dict() if run.usage else None))
         if info.get("relay") is not None and run.usage is not None:  # wire counts beside the agent's own
             info["relay"]["matches_agent"] = (info["relay"]["input_tokens"], info["relay"]["output_tokens"]) == (
                 run.usage.input_tokens, run.usage.output_tokens)

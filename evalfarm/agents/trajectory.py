@@ -304,7 +304,7 @@ def _aider(events: list[dict[str, Any]], chat: str, steps: _Steps) -> dict[str, 
         if line.startswith("#### "):
             flush_reply()
             flush_said()
-        elif line.startswith(">"):
+        elif line.startswith("> ") or line == ">":  # aider's own lines (a reply's ">>>>>>> REPLACE" is not one)
             flush_reply()
             body = line[1:].strip()
             if body.startswith("Applied edit to "):
@@ -357,12 +357,17 @@ def _agent_steps(agent: str, stdout: str, files: dict[str, str], steps: _Steps) 
 
 def build(agent: str, stdout: str, secrets: Iterable[str] = (), model: str | None = None,
           version: str | None = None, task: str | None = None, files: dict[str, str] | None = None,
-          relay_calls: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+          relay_calls: list[dict[str, Any]] | None = None, usage: dict[str, Any] | None = None
+          ) -> dict[str, Any] | None:
     """The trajectory of one run from its own output (stdout, and the files ``files`` names: aider's
     analytics log and chat history) and the relay's record of its model calls (``relay_calls``,
     model_relay.py); None when neither says anything (an agent we do not parse, run without a relay)."""
     steps = _Steps(tuple(sorted({s for s in secrets if s}, key=len, reverse=True)))
     totals = _agent_steps(agent, stdout, files or {}, steps)
+    if totals is None and usage and (usage.get("input_tokens") or usage.get("output_tokens") or usage.get("turns")):
+        # an agent without steps of its own (a command: agent) that still gave an account (its usage file)
+        totals = {"input_tokens": usage.get("input_tokens"), "output_tokens": usage.get("output_tokens"),
+                  "cost_usd": usage.get("cost_usd"), **({"model_calls": usage["turns"]} if usage.get("turns") else {})}
     calls = [c for c in relay_calls or [] if relay_model_call(c)]
     if totals is None and not calls:
         return None
@@ -426,25 +431,33 @@ def merge_relay(steps: _Steps, calls: list[dict[str, Any]], totals: dict[str, An
     side alone. Where it does not (Codex reports per turn, Gemini per run, a ``command:`` agent or a
     CLI that printed nothing readable), the relay's calls become the model_call steps (before a Codex
     turn's summary), with the text and tool calls read from each reply when the agent gave no steps.
-    The accounts are ``mismatched`` when the numbers of model calls (where the agent gives one) or the
-    token totals differ."""
+    The accounts are ``mismatched`` when a call the agent reported was never forwarded or its tokens
+    differ from the relay's count, or, for an agent reporting totals only, when its number of calls or
+    its token totals differ. A call the relay forwarded that a per-call agent did not report (opencode's
+    title request) is a step of its own, ``seen_by: [relay]``, counted in ``unreported_calls``: shown,
+    not a mismatch (the agent's account of what it reported is still right)."""
     own_calls = [s for s in steps.steps if s["source"] == "model_call" and s.get("scope") != "turn"]
     per_call = agent in ("claude", "opencode", "aider") and bool(own_calls)
     had_steps = bool(steps.steps)
     r_in = sum(_int(c.get("input_tokens")) for c in calls)
     r_out = sum(_int(c.get("output_tokens")) for c in calls)
+    paired: dict[int, int] = {}  # own call's position in own_calls -> relay call
     if per_call:
-        # the i-th reported call is the next forwarded one for the same model (when both name one); a
-        # forwarded call passed over is the relay's alone and goes before the next call the agent reported
-        j, before = 0, {}
-        for s in own_calls:
-            k = j
-            while k < len(calls) and s.get("model") and calls[k].get("model") and calls[k]["model"] != s["model"]:
-                k += 1
-            if k >= len(calls):
+        # a reported call is the forwarded one with the same tokens (side calls such as opencode's title
+        # request run beside the agent's); else the next unpaired one for the same model, in order
+        free = list(range(len(calls)))
+        for n, s in enumerate(own_calls):
+            same = [k for k in free if (_int(calls[k].get("input_tokens")), _int(calls[k].get("output_tokens"))) ==
+                    (_int(s.get("input_tokens")), _int(s.get("output_tokens") if s.get("output_tokens") is not None
+                                                       else calls[k].get("output_tokens")))]
+            after = [k for k in free if k > max(paired.values(), default=-1) and not (
+                s.get("model") and calls[k].get("model") and calls[k]["model"] != s["model"])]
+            k = (same or after or [None])[0]
+            if k is None:
                 s["seen_by"] = ["agent"]
                 continue
-            before[id(s)] = list(range(j, k))
+            free.remove(k)
+            paired[n] = k
             c = calls[k]
             s.update(seen_by=["agent", "relay"], relay_call=k, relay={
                 "input_tokens": c.get("input_tokens"), "output_tokens": c.get("output_tokens"),
@@ -453,38 +466,59 @@ def merge_relay(steps: _Steps, calls: list[dict[str, Any]], totals: dict[str, An
                 s["model"] = mask(str(c["model"]), steps.secrets)
             if s.get("latency_ms") is None:
                 s["latency_ms"] = c.get("latency_ms")
-            j = k + 1
+        # a call only the relay saw goes before the first reported call the relay forwarded after it
+        at = {id(own_calls[n]): k for n, k in paired.items()}
         merged: list[dict[str, Any]] = []
         for s in steps.steps:
-            for k in before.get(id(s), ()):
-                merged.extend(_relay_step(steps, calls[k], k, ["relay"])[:1])
+            if id(s) in at:
+                for k in [k for k in free if k < at[id(s)]]:
+                    merged.extend(_relay_step(steps, calls[k], k, ["relay"])[:1])
+                    free.remove(k)
             merged.append(s)
-        for k in range(j, len(calls)):
+        for k in free:
             merged.extend(_relay_step(steps, calls[k], k, ["relay"])[:1])
         steps.steps[:] = merged
     else:
         new: list[dict[str, Any]] = []
+        own_tools = any(s["source"] == "tool_call" for s in steps.steps)
         for i, c in enumerate(calls):
             made = _relay_step(steps, c, i, ["relay"])
-            new.extend(made if not had_steps else made[:1])  # the agent's own steps already hold what it did
+            if own_tools:  # the agent's own steps already hold what it did
+                made = made[:1]
+            elif had_steps:  # its own steps are a report (Gemini CLI): the replies' tool calls, not their text
+                made = [m for m in made if m["source"] != "agent"]
+            new.extend(made)
         turn = next((k for k, s in enumerate(steps.steps) if s.get("scope") == "turn"), None)
         at = turn if turn is not None else (len(steps.steps) - 1 if had_steps and steps.steps[-1]["source"] == "agent"
                                             else len(steps.steps))
         steps.steps[at:at] = new
-    a_calls = len(own_calls) if per_call else (totals or {}).get("model_calls")
     a_in, a_out = (totals or {}).get("input_tokens"), (totals or {}).get("output_tokens")
     why = []
-    if a_calls is not None and a_calls != len(calls):
-        why.append(f"the agent reported {a_calls} model calls, the relay forwarded {len(calls)}")
-    if totals and (a_in, a_out) != (r_in, r_out) and (a_in or a_out or r_in or r_out):
-        why.append(f"the agent reported {a_in}/{a_out} tokens in/out, the relay counted {r_in}/{r_out}")
+    if per_call:
+        a_calls = len(own_calls)
+        unseen = a_calls - len(paired)
+        if unseen:
+            why.append(f"the relay never forwarded {unseen} of the {a_calls} model calls the agent reported")
+        differ = [n for n, k in paired.items() if _int(own_calls[n].get("input_tokens")) != _int(
+            calls[k].get("input_tokens")) or (own_calls[n].get("output_tokens") is not None and _int(
+                own_calls[n]["output_tokens"]) != _int(calls[k].get("output_tokens")))]
+        if differ:
+            why.append(f"{len(differ)} model calls' tokens differ between the agent's account and the relay's")
+        unreported = len(calls) - len(paired)
+    else:
+        a_calls = (totals or {}).get("model_calls")
+        if a_calls is not None and a_calls != len(calls):
+            why.append(f"the agent reported {a_calls} model calls, the relay forwarded {len(calls)}")
+        if totals and (a_in, a_out) != (r_in, r_out) and (a_in or a_out or r_in or r_out):
+            why.append(f"the agent reported {a_in}/{a_out} tokens in/out, the relay counted {r_in}/{r_out}")
+        unreported = max(0, len(calls) - a_calls) if a_calls is not None else None
     if totals is None or not had_steps:
         why_none = "the agent's own output gave no steps: the steps are the relay's record"
     else:
         why_none = None
     return {"agent_model_calls": a_calls, "relay_model_calls": len(calls), "agent_tokens": [a_in, a_out],
             "relay_tokens": [r_in, r_out], "mismatched": bool(why), "why": "; ".join(why) or None,
-            "relay_only": why_none}
+            "relay_only": why_none, "unreported_calls": unreported}
 
 
 def encode(trajectory: dict[str, Any]) -> bytes:
@@ -500,7 +534,7 @@ def _read(path: Any) -> str:
 
 def store(agent: str, stdout_path: Any, directory: Any, secrets: Iterable[str] = (), model: str | None = None,
           version: str | None = None, task: str | None = None, files: dict[str, Any] | None = None,
-          relay_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+          relay_calls: list[dict[str, Any]] | None = None, usage: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build the run's trajectory (``build``; ``files``: name -> path of the other files its driver
     reads) and store it (blobs.py); returns the fields the item's ``agent`` record links it by, with
     ``trajectory_mismatch`` (why) when the agent's account and the relay's disagree; nothing when
@@ -508,7 +542,7 @@ def store(agent: str, stdout_path: Any, directory: Any, secrets: Iterable[str] =
     from . import blobs
 
     trajectory = build(agent, _read(stdout_path), secrets, model, version, task,
-                       {k: _read(p) for k, p in (files or {}).items()}, relay_calls)
+                       {k: _read(p) for k, p in (files or {}).items()}, relay_calls, usage)
     if trajectory is None:
         return {}
     out = {"trajectory_sha256": blobs.put(encode(trajectory), KIND, directory),

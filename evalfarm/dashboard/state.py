@@ -34,6 +34,9 @@ class State:
         c = self.runs.case(rid, index)
         if c.get("trajectory_sha256"):
             c["trajectory"] = trajectory.load(self.dir.blobs, c["trajectory_sha256"])
+        for kind, sha in (c.get("artifacts") or {}).items():
+            if sha:
+                c[kind] = trajectory.load_text(self.dir.blobs, sha, kind)
         if c["input"] is None and self.broker and c["key"]:
             c["input"] = self.farm.item_input(rid, c["key"], SHOWN_CHARS)
             c["input_source"] = "farm run store" if c["input"] is not None else None

@@ -113,14 +113,23 @@ CASE = """{% extends "base.html" %}{% block title %}Case {{ c.index }}{% endbloc
 {% for k, why in c.dropped.items() %}<p class="warn">{{ k }} not shown: {{ why }}</p>{% endfor %}</section></div>
 {% if c.trajectory %}<section id="trajectory"><h2>Trajectory <small>{{ c.trajectory.agent }}: {{ c.trajectory.steps | length }} steps{% if c.trajectory.input_tokens is not none %} · {{ c.trajectory.input_tokens | num }} tokens in / {{ c.trajectory.output_tokens | num }} out{% endif %}</small></h2>
 {% if c.trajectory.missing %}<p class="warn" id="trajectory-missing">trajectory {{ c.trajectory_sha256[:12] }} not shown: {{ c.trajectory.missing }}</p>{% else %}
-<ol class="timeline">{% for s in c.trajectory.steps %}<li class="step step-{{ s.source }}" data-source="{{ s.source }}">
-<span class="meta">{{ s.source | replace("_", " ") }}{% if s.timestamp %} · {{ s.timestamp }}{% endif %}</span>
-{% if s.source == "model_call" %}<span class="tokens">{{ s.model or "" }} · {{ s.input_tokens | num }} tokens in{% if s.cached_input_tokens %} ({{ s.cached_input_tokens | num }} cached){% endif %}{% if s.output_tokens is not none %} / {{ s.output_tokens | num }} out{% endif %}{% if s.scope %} (per {{ s.scope }}){% endif %}</span>
+<p class="meta" id="trajectory-sources">sources: {{ c.trajectory.sources | join(" and ") or "agent" }}{% if c.trajectory.relay_only %} · {{ c.trajectory.relay_only }}{% endif %}</p>
+{% if c.trajectory.mismatch %}<p class="warn" id="trajectory-mismatch">MISMATCH: {{ c.trajectory.mismatch }}</p>{% endif %}
+<ol class="timeline">{% for s in c.trajectory.steps %}<li class="step step-{{ s.source }}" data-source="{{ s.source }}"{% if s.only %} data-only="{{ s.only }}"{% endif %}>
+<span class="meta">{{ s.source | replace("_", " ") }}{% if s.timestamp %} · {{ s.timestamp }}{% endif %}{% if s.only %} · <span class="warn only">seen by the {{ s.only }} only</span>{% endif %}</span>
+{% if s.source == "model_call" %}<span class="tokens">{{ s.model or "" }} · {{ s.input_tokens | num }} tokens in{% if s.cached_input_tokens %} ({{ s.cached_input_tokens | num }} cached){% endif %}{% if s.output_tokens is not none %} / {{ s.output_tokens | num }} out{% endif %}{% if s.scope %} (per {{ s.scope }}){% endif %}{% if s.latency_ms is not none %} · {{ s.latency_ms | num }} ms{% endif %}{% if s.cost_usd %} · {{ s.cost_usd | usd }}{% endif %}</span>
 {% elif s.source == "agent" %}<pre class="agent-text{% if s.thinking %} thinking{% endif %}">{{ s.text }}</pre>
 {% elif s.source == "tool_call" %}<b class="tool-name">{{ s.name }}</b><pre class="tool-args">{{ s.arguments }}</pre>
 {% else %}<details class="tool-result"><summary>result{% if s.is_error %} (error){% endif %}{% if s.exit_code is not none %} · exit {{ s.exit_code | num }}{% endif %}{% if s.original_chars %} · cut from {{ s.original_chars | num }} characters{% endif %}</summary><pre>{{ s.content }}</pre></details>{% endif %}
 </li>{% endfor %}</ol>{% if c.trajectory.not_shown %}<p class="warn">{{ c.trajectory.not_shown }} more steps not shown</p>{% endif %}{% endif %}
 </section>{% endif %}
+{% if c.patch %}<section id="patch"><h2>Patch <small>{{ c.patch.bytes | num if c.patch.bytes is defined else "" }} bytes</small></h2>
+{% if c.patch.missing %}<p class="warn">patch {{ c.artifacts.patch[:12] }} not shown: {{ c.patch.missing }}</p>{% else %}
+<pre class="diff">{% for cls, line in c.patch.lines %}<span class="d-{{ cls }}">{{ line }}</span>
+{% endfor %}</pre>{% if c.patch.cut %}<p class="warn">the first {{ c.patch.lines | length }} lines shown</p>{% endif %}{% endif %}</section>{% endif %}
+{% if c.log %}<section id="check-log"><h2>Check log</h2>
+{% if c.log.missing %}<p class="warn">check log {{ c.artifacts.log[:12] }} not shown: {{ c.log.missing }}</p>{% else %}
+<pre class="check-log">{{ c.log.text }}</pre>{% if c.log.cut %}<p class="warn">the first part shown of {{ c.log.bytes | num }} bytes</p>{% endif %}{% endif %}</section>{% endif %}
 <section><h2>Checks <small>golden: {{ "pass" if c.golden_passed else "fail" if c.golden_passed is false else "n/a" }}</small></h2>
 {% if c.golden_reason %}<p>{{ c.golden_reason }}</p>{% endif %}
 <table class="checks"><thead><tr><th>check</th><th>verdict</th><th>reason</th></tr></thead><tbody>
