@@ -172,3 +172,22 @@ def test_worker_metrics_count_agent_items_by_failure_class(run):
     assert {c: after[c] - before[c] for c in before} == {"passed": 1, "infra_failed": 2, "agent_timeout": 1}
     slow = next(o for o in report["outcomes"] if o["prompt_id"] == "slow")
     assert metrics.status_of(slow) == "failed"  # measured, as the report counts it
+
+
+def test_budget_stopped_agent_items_are_a_failure_class_of_the_report(tmp_path):
+    """Two agent tasks one at a time under --max-cost below the first task's cost: the second is never
+    sent, and the report counts it as budget_stopped (unmeasured), not as an error or a plain skip."""
+    from spawn_support import FAKE_TEMPLATE
+
+    repo = make_repo(tmp_path / "repo")
+    adapter = {"id": "fake", "provider": "agent", "agent": "command", "template": FAKE_TEMPLATE, "model": "fake-1"}
+    spec = write_spec(tmp_path / "budget.yaml", repo, [{"id": f"t{i}", "text": "ok", "check": "true"} for i in (1, 2)],
+                      adapters=[adapter], isolation="none")
+    res = run_cli("run", str(spec), "--json", "--no-save", "--max-cost", "0.004", "--force", cwd=tmp_path, timeout=120,
+                  **spawn_env(tmp_path, EVALFARM_SPAWN_CONCURRENCY="1"))
+    report = report_of(res)
+    assert [o["failure_class"] for o in report["outcomes"]] == ["passed"]  # the unsent one is left, not an outcome
+    assert report["stopped"] == "budget" and report["budget"]["items_left"] == 1
+    fig = report["per_adapter"]["fake"]
+    assert fig["failure_classes"] == {"passed": 1, "budget_stopped": 1}
+    assert fig["coverage_line"] == "pass rate 100% over 1 of 2 tasks; 1 stopped by the budget"

@@ -27,10 +27,11 @@ from .redis_tls import KEEPALIVE, SOCKET_TIMEOUT_S, split_tls
 RUNS_INDEX = "ef:runs"
 PLANNING_TTL_S = 600  # a plan being stored expires this long after its last chunk unless completed
 PLAN_PARTS = ("meta", "state", "items", "order", "prompts")
-DATA_PARTS = ("items", "order", "prompts", "results", "rmeta", "counts", "spend", "pending", "report:head",
+DATA_PARTS = ("items", "order", "prompts", "results", "rmeta", "counts", "spend", "pending", "starts", "report:head",
               "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary", "blob:markdown")
 # every key of a run (claims and blobs by name): expire_run touches these and nothing else
-PARTS = ("meta", "state", "items", "order", "prompts", "results", "rmeta", "counts", "spend", "pending", "report:head",
+PARTS = ("meta", "state", "items", "order", "prompts", "results", "rmeta", "counts", "spend", "pending", "starts",
+         "report:head",
          "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary", "blob:markdown", "lock:resume")
 
 
@@ -300,6 +301,9 @@ class RedisStore(RunStore):
 
     def counters(self, run_id: str) -> dict[str, int]:
         return {k.decode(): int(v) for k, v in self.r.hgetall(_k(run_id, "counts")).items()}
+
+    def note_start(self, run_id: str, key: str) -> int:
+        return int(self.r.hincrby(_k(run_id, "starts"), key, 1))
 
     def put_pending(self, run_id: str, outcomes: list[dict[str, Any]]) -> None:
         if outcomes:
