@@ -87,6 +87,27 @@ def test_real_agent_trajectory_has_the_scripted_steps_and_no_secret(tmp_path, ag
     assert doc["final_metrics"]["total_prompt_tokens"] == 4500 and doc["extra"]["failure_class"] == "passed"
     if agent == "claude":
         assert [st["metrics"]["prompt_tokens"] for st in doc["steps"][1:]] == [1000, 1500, 2000]
+
+    # and as Inspect events in `export inspect`, loaded by Inspect's own reader
+    from inspect_ai.event import ModelEvent, ToolEvent
+    from inspect_ai.log import read_eval_log
+
+    log_path = tmp_path / "inspect.json"
+    exp = run_cli("export", "inspect", report["run_id"], "-o", str(log_path), "--state-dir", str(tmp_path / "state"),
+                  cwd=tmp_path, **env)
+    assert exp.returncode == 0, exp.stderr
+    assert SECRET not in log_path.read_text()
+    [sample] = read_eval_log(str(log_path)).samples
+    model_events = [e for e in sample.events if isinstance(e, ModelEvent)]
+    tool_events = [e for e in sample.events if isinstance(e, ToolEvent)]
+    assert [e.function for e in tool_events] == [t["name"] for t in tools]
+    assert "print(\"hello\")" in str(tool_events[0].result) and tool_events[1].error is None
+    assert [e.output.usage.input_tokens for e in model_events] == [1000, 1500, 2000]
+    called = [c.function for e in model_events for c in (e.output.choices[0].message.tool_calls or [])]
+    assert called == [t["name"] for t in tools]
+    assert sample.events.index(tool_events[0]) < sample.events.index(tool_events[1])
+    assert sample.metadata["trajectory"]["sources"] == ["agent", "relay"]
+
     bad = run_cli("export", "trajectory", report["run_id"], "--item", "zzzz", "-o", str(tmp_path / "x"),
                   "--state-dir", str(tmp_path / "state"), cwd=tmp_path, **env)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not (tmp_path / "x").exists(), bad.stderr

@@ -429,8 +429,8 @@ def merge_relay(steps: _Steps, calls: list[dict[str, Any]], totals: dict[str, An
     the i-th the relay forwarded: the step gets the relay's latency, status and token counts
     (``relay``) and ``seen_by: [agent, relay]``; a call only one side has is kept and marked with that
     side alone. Where it does not (Codex reports per turn, Gemini per run, a ``command:`` agent or a
-    CLI that printed nothing readable), the relay's calls become the model_call steps (before a Codex
-    turn's summary), with the text and tool calls read from each reply when the agent gave no steps.
+    CLI that printed nothing readable), the relay's calls become the model_call steps (opening a Codex
+    turn), with the text and tool calls read from each reply when the agent gave no steps.
     The accounts are ``mismatched`` when a call the agent reported was never forwarded or its tokens
     differ from the relay's count, or, for an agent reporting totals only, when its number of calls or
     its token totals differ. A call the relay forwarded that a per-call agent did not report (opencode's
@@ -488,9 +488,11 @@ def merge_relay(steps: _Steps, calls: list[dict[str, Any]], totals: dict[str, An
             elif had_steps:  # its own steps are a report (Gemini CLI): the replies' tool calls, not their text
                 made = [m for m in made if m["source"] != "agent"]
             new.extend(made)
-        turn = next((k for k, s in enumerate(steps.steps) if s.get("scope") == "turn"), None)
-        at = turn if turn is not None else (len(steps.steps) - 1 if had_steps and steps.steps[-1]["source"] == "agent"
-                                            else len(steps.steps))
+        turn = any(s.get("scope") == "turn" for s in steps.steps)
+        # a Codex turn's calls open it (its items carry no times to place them among); a report's answer
+        # (Gemini CLI) comes after the calls that led to it
+        at = 0 if turn else (len(steps.steps) - 1 if had_steps and steps.steps[-1]["source"] == "agent"
+                             else len(steps.steps))
         steps.steps[at:at] = new
     a_in, a_out = (totals or {}).get("input_tokens"), (totals or {}).get("output_tokens")
     why = []
