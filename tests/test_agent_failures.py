@@ -23,6 +23,10 @@ TASKS = [  # id, prompt, check, timeout_s -> class, retried, in the denominator
     ("nocheck", EDIT, "no-such-checker-7f3a hello.py", None, "verifier_failed", False, False),
     ("nocli", "exec /nonexistent/agent-cli-7f3a", CHECK, None, "infra_failed", True, False),
     ("down", f"[[status:503]]\n{EDIT}", CHECK, None, "infra_failed", True, False),
+    # the agent's own words name a 503 (its test of the app said so), but the relay saw the endpoint answer:
+    # the agent failed; on words alone it was infra_failed, retried and left out of the denominator
+    ("words", "echo 'the app said: HTTP 503 Service Unavailable' >&2; exit 1", CHECK, None, "agent_failed", False,
+     True),
 ]
 
 
@@ -63,11 +67,11 @@ def test_each_fault_gets_its_class_and_only_infra_is_retried(run):
 def test_infra_and_verifier_failures_are_out_of_the_denominator_and_reported_as_coverage(run):
     report, _ = run
     fig = report["per_adapter"]["fake"]
-    assert fig["failure_classes"] == {"passed": 1, "agent_failed": 1, "agent_timeout": 1, "verifier_failed": 1,
+    assert fig["failure_classes"] == {"passed": 1, "agent_failed": 2, "agent_timeout": 1, "verifier_failed": 1,
                                       "infra_failed": 2}
-    assert (fig["measured"], fig["items"], fig["passed"], fig["pass_rate"]) == (3, 6, 1, pytest.approx(1 / 3, abs=1e-6))
-    assert fig["coverage"] == 0.5
-    assert fig["coverage_line"] == ("pass rate 33% over 3 of 6 tasks; 2 infrastructure failures; 1 check failure")
+    assert (fig["measured"], fig["items"], fig["passed"], fig["pass_rate"]) == (4, 7, 1, pytest.approx(1 / 4, abs=1e-6))
+    assert fig["coverage"] == pytest.approx(4 / 7, abs=1e-3)
+    assert fig["coverage_line"] == ("pass rate 25% over 4 of 7 tasks; 2 infrastructure failures; 1 check failure")
     reasons = {u["prompt_id"]: (u["class"], u["reason"]) for u in fig["unmeasured"]}
     assert set(reasons) == {"nocheck", "nocli", "down"}
     assert "503" in reasons["down"][1] and "127" in reasons["nocli"][1]
@@ -84,13 +88,13 @@ def test_console_and_markdown_say_the_coverage_and_the_infra_headline(run):
 
     report, _ = run
     md = render_markdown(report)
-    headline = "INFRASTRUCTURE FAILURES: 2 of 6 agent tasks (33%) could not be measured (more than 20%)"
+    headline = "INFRASTRUCTURE FAILURES: 2 of 7 agent tasks (29%) could not be measured (more than 20%)"
     assert headline in md and md.index(headline) < md.index("- result:")
-    assert "- fake: pass rate 33% over 3 of 6 tasks; 2 infrastructure failures; 1 check failure" in md
+    assert "- fake: pass rate 25% over 4 of 7 tasks; 2 infrastructure failures; 1 check failure" in md
     buf = io.StringIO()
     print_summary(report, [], Console(file=buf, width=200))
     text = buf.getvalue()
-    assert headline in text and "fake: pass rate 33% over 3 of 6 tasks" in text
+    assert headline in text and "fake: pass rate 25% over 4 of 7 tasks" in text
     assert "unmeasured down (infra_failed): " in text and "HTTP 503" in text
 
 

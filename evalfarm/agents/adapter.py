@@ -357,6 +357,12 @@ class AgentAdapter:
             if relay is not None:
                 relay.close()
                 info["relay"] = relay.as_dict()
+                # the wire's own account of the model endpoint (core/failure.py decides infra by it)
+                forwarded = [c for c in relay.calls if c.get("forwarded")]
+                failed = [c for c in forwarded if failure.endpoint_failed(c.get("status"))]
+                info["relay"].update(upstream_failures=len(failed),
+                                     last_call_failed=bool(forwarded) and failure.endpoint_failed(
+                                         forwarded[-1].get("status")))
                 if relay_calls is not None:
                     relay_calls.extend(relay.calls)  # the trajectory's second source (trajectory.py)
             if relay_dir is not None:
