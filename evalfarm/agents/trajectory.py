@@ -1,23 +1,28 @@
-"""What an agent did, step by step: one trajectory per agent task, from the agent's own JSON output.
+"""What an agent did, step by step: one trajectory per agent task, from two sources kept apart.
 
-Parsed from Claude Code's stream-json and Codex's ``exec --json`` events (other agents: no
-trajectory yet, ``build`` returns None). Each step has a ``source``:
+The agent's own output, parsed per agent: Claude Code's stream-json, Codex's ``exec --json`` events,
+opencode's ``--format json`` events, aider's chat history and analytics log, Gemini CLI's final
+report (an answer and totals, no steps). And the model relay's record of every call it forwarded
+(model_relay.py): ``merge_relay`` joins the two and says where they disagree. Each step has a ``source``:
 
 - ``model_call``: one model reply; Claude Code: ``input_tokens`` per reply (cache reads and writes
   added back), its stream's ``output_tokens`` kept as ``output_tokens_streamed`` (stream-json
   carries the reply's first usage, 1 token, not its final count); Codex: one step per turn with
-  the turn's usage (codex reports no per-request figures);
+  the turn's usage (``scope: turn``; codex reports no per-request figures: the relay's are the
+  per-request steps); opencode and aider: tokens and cost per call; ``seen_by`` says which source
+  saw it, ``relay`` the relay's figures for it (latency, status, tokens on the wire);
 - ``agent``: a message of the model's (text);
 - ``tool_call``: ``name`` and ``arguments`` (Claude Code's tool input; Codex's ``exec`` with the
-  command, ``apply_patch`` with the changed files, an MCP tool with its arguments);
+  command, ``apply_patch`` with the changed files, an MCP tool with its arguments; opencode's tool
+  input; aider's ``apply_edit``; a tool call the relay read from a reply);
 - ``tool_result``: ``content`` cut at ``TOOL_RESULT_MAX`` characters (``cut`` then says how many
   there were), ``is_error``, ``exit_code`` where known.
 
-``timestamp`` is the agent's own (Claude Code stamps tool results; Codex stamps nothing: None).
-Per-step cost is never known (both report only a run's total, in ``totals``). Secrets are masked
-(the host's key variables, bearer tokens, URL passwords, key-shaped strings) in every string
-BEFORE anything is cut or written: a cut secret would no longer match. Stored content-addressed
-(blobs.py, kind ``trajectory.json``) and linked from the item's ``agent.trajectory_sha256``.
+``timestamp`` is the source's own (Claude Code stamps tool results, opencode everything, the relay
+each call; Codex stamps nothing: None). Secrets are masked (the host's key variables, bearer tokens,
+URL passwords, key-shaped strings) in every string BEFORE anything is cut or written: a cut secret
+would no longer match. Stored content-addressed (blobs.py, kind ``trajectory.json``) and linked
+from the item's ``agent.trajectory_sha256``.
 """
 from __future__ import annotations
 
