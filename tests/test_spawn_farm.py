@@ -200,3 +200,17 @@ def test_resume_sends_missing_agent_items_to_the_spawn_queue(tmp_path, repo, far
     done = farm.cli("wait", run_id, "--json", "--no-save", "--timeout", "60")
     assert done.returncode == 0 and len(report_of(done)["outcomes"]) == 3
     assert_clean(repo, tmp_path / "spawn")
+
+
+def test_resume_only_forgets_an_items_worker_deaths(redis_server):
+    """The start counts that give up on an item whose workers keep dying (executors/celery/work.py) go
+    with its result when `resume --only` runs it again (RedisStore.forget): its retries start afresh."""
+    from evalfarm.executors.celery.store import RedisStore
+
+    store = RedisStore(redis_server.url)
+    store.create_run("r1", {"run_id": "r1", "total": 2})
+    store.record("r1", [{"key": "k1", "adapter": "fake", "prompt_id": "p", "trial": 0, "passed": None,
+                         "error": {"class": "WorkerDied", "message": "died"}}])
+    assert [store.note_start("r1", "k1") for _ in range(3)] == [1, 2, 3] and store.note_start("r1", "k2") == 1
+    store.forget("r1", [("k1", "fake")])
+    assert store.note_start("r1", "k1") == 1 and store.note_start("r1", "k2") == 2  # only the forgotten item's

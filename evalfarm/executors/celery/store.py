@@ -297,7 +297,9 @@ class RedisStore(RunStore):
         args = [x for pair in items for x in pair]
         if not args:
             return int(self.r.hlen(_k(run_id, "results")))
-        return int(self._forget(keys=[_k(run_id, "results"), _k(run_id, "rmeta"), _k(run_id, "counts")], args=args))
+        left = int(self._forget(keys=[_k(run_id, "results"), _k(run_id, "rmeta"), _k(run_id, "counts")], args=args))
+        self.r.hdel(_k(run_id, "starts"), *[k for k, _ in items])  # a re-run starts its retries afresh
+        return left
 
     def counters(self, run_id: str) -> dict[str, int]:
         return {k.decode(): int(v) for k, v in self.r.hgetall(_k(run_id, "counts")).items()}
