@@ -279,8 +279,11 @@ class AgentAdapter:
             info["relay"]["matches_agent"] = (info["relay"]["input_tokens"], info["relay"]["output_tokens"]) == (
                 run.usage.input_tokens, run.usage.output_tokens)
         if run.timed_out:  # say the budget the user set, not what setup left of it
+            stalled = (info.get("relay") or {}).get("stalled_s") or 0.0
+            why = (f"; the model endpoint had not answered its last call for {stalled:.0f} s (stalled: "
+                   "infra_failed)" if failure.endpoint_stalled(info) else "")
             raise AgentRunError(f"{self.driver.name}: timed out after {budget:g} s (the task's timeout_s; "
-                                "process group killed)", info)
+                                f"process group killed){why}", info)
         if not run.ok:
             raise AgentRunError(run.error or f"{self.driver.name} failed", info)
         relay = info.get("relay")
@@ -360,9 +363,13 @@ class AgentAdapter:
                 # the wire's own account of the model endpoint (core/failure.py decides infra by it)
                 forwarded = [c for c in relay.calls if c.get("forwarded")]
                 failed = [c for c in forwarded if failure.endpoint_failed(c.get("status"))]
+                # a call still unanswered when the agent stopped: how long the endpoint had kept it waiting
+                waiting = [time.time() - c["time"] for c in relay.calls
+                           if (c.get("unanswered") or "status" not in c) and "time" in c]
                 info["relay"].update(upstream_failures=len(failed),
                                      last_call_failed=bool(forwarded) and failure.endpoint_failed(
-                                         forwarded[-1].get("status")))
+                                         forwarded[-1].get("status")),
+                                     stalled_s=round(max(waiting), 3) if waiting else 0.0)
                 if relay_calls is not None:
                     relay_calls.extend(relay.calls)  # the trajectory's second source (trajectory.py)
             if relay_dir is not None:

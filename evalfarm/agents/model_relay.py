@@ -165,6 +165,7 @@ class TaskRelay:
         self.counts = Counts()
         self.calls: list[dict[str, Any]] = []  # the record of every request (see the module's docstring)
         self._kept = 0
+        self._closing = False
         self.path = Path(sock_path)
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -241,6 +242,9 @@ class TaskRelay:
             upstream = await self._session.request(request.method, url, params=query or None, data=body or None,
                                                    headers=headers, allow_redirects=False)
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            if self._closing:  # the task ended (its agent gone) while the endpoint still had not answered
+                call.update(forwarded=True, unanswered=True)
+                return self._error_reply(502, "evalfarm relay: closed before the model endpoint answered")
             c.upstream_errors += 1
             call.update(status=502, forwarded=True, error=type(exc).__name__,
                         latency_ms=round((time.perf_counter() - started) * 1000, 1))
@@ -278,8 +282,9 @@ class TaskRelay:
 
     def close(self) -> None:
         async def stop() -> None:
+            self._closing = True
+            await self._session.close()  # first: a call still waiting on the endpoint ends now, not at a timeout
             await self._runner.cleanup()
-            await self._session.close()
 
         if self._loop.is_running():
             asyncio.run_coroutine_threadsafe(stop(), self._loop).result(30)

@@ -1,7 +1,8 @@
 """Failure classes of agent items (spawn mode), decided once: who is to blame for an item's result.
 
 ``passed``; ``agent_failed`` (the agent finished, or exited non-zero, and the check failed);
-``agent_timeout`` (the agent used its whole time budget); ``verifier_failed`` (the check itself
+``agent_timeout`` (the agent used its whole time budget; not when, sealed, the relay saw its last model
+call wait unanswered for half of it or more: the endpoint hung, infra_failed); ``verifier_failed`` (the check itself
 could not run: its program is missing (exit 126/127) or it hit its own timeout); ``infra_failed``
 (the sandbox or worktree could not be made or its `setup` failed, the agent CLI did not start (exit 126/127, not found),
 the model endpoint answered 5xx or 429 or could not be reached: by the relay's record when the task ran
@@ -41,6 +42,18 @@ _ENDPOINT_TEXT = re.compile(
 _CLI_TEXT = re.compile(r"exit code 12[67]\b|command not found|No such file or directory.*\bexec\b", re.I)
 
 
+STALL_SHARE = 0.5  # a timed-out agent whose last model call waited this share of its run: the endpoint hung
+
+
+def endpoint_stalled(agent: dict[str, Any]) -> bool:
+    """A timed-out sealed task whose last model call was still unanswered after ``STALL_SHARE`` of the
+    run's wall time (the relay's record): the endpoint hung, the agent did not use its time."""
+    relay = agent.get("relay") if isinstance(agent.get("relay"), dict) else {}
+    stalled, wall = relay.get("stalled_s"), agent.get("wall_s")
+    return bool(agent.get("timed_out")) and isinstance(stalled, (int, float)) and isinstance(wall, (int, float)) \
+        and wall > 0 and stalled >= STALL_SHARE * wall
+
+
 def endpoint_failed(status: Any) -> bool:
     """A model endpoint's answer that is the endpoint's failure, not the agent's: 5xx or 429 (rate limit,
     quota). The relay's own refusals (401 wrong token, 429 over max_tokens_per_task) are never forwarded."""
@@ -72,7 +85,7 @@ def error_class(error_name: str, message: str, agent: dict[str, Any] | None) -> 
     elif _ENDPOINT_TEXT.search(message or ""):
         return INFRA_FAILED
     if agent.get("timed_out"):
-        return AGENT_TIMEOUT
+        return INFRA_FAILED if endpoint_stalled(agent) else AGENT_TIMEOUT
     return AGENT_FAILED
 
 
