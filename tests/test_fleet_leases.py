@@ -112,3 +112,31 @@ def test_a_stopped_workers_slots_return_within_the_lease(tmp_path, provider, red
     assert res.returncode == 0, res.stderr[-2000:]
     assert json.loads(res.stdout)["items_done"] == 120
     print(f"\nSIGSTOP of the holder -> the next provider call (from a worker started then): {took:.2f} s")
+
+
+def test_a_resumed_worker_takes_back_only_free_slots(tmp_path, provider, redis_server, start_worker):
+    """Worker A holds a run's 4 slots and is SIGSTOPped; once its lease (2 s) ran out, worker B takes
+    them. A, resumed, must not re-state its old 4 slots beside B's and send on them (8 in flight for a
+    cap of 4): a lease that ran out by its own clock hands out nothing until Redis says what is free."""
+    p = provider("--latency-ms", "300")
+    env = {"EVALFARM_LEASE_S": "2", "EVALFARM_VISIBILITY_TIMEOUT": "60"}
+    a = start_worker(redis_server.url, concurrency=4, **env)
+    res = run_cli("run", str(suite(tmp_path, p.url, 160)), "--detach", "--concurrency", "4", "--batch-size", "4",
+                  broker=redis_server.url, **env)
+    assert res.returncode == 0, res.stderr
+    run_id = res.stdout.strip()
+    wait_for(lambda: p.stats()["requests"] >= 12, 30, "worker A calling (it holds the run's slots)")
+    os.killpg(a.proc.pid, signal.SIGSTOP)
+    stopped = time.time()
+    try:
+        start_worker(redis_server.url, concurrency=4, **env)
+        wait_for(lambda: first_after(p, stopped + 0.5), 30, "a request from worker B")
+        b_started = p.stats()["requests"]
+        wait_for(lambda: p.stats()["requests"] >= b_started + 8, 30, "worker B holding the slots")
+    finally:
+        os.killpg(a.proc.pid, signal.SIGCONT)
+    res = run_cli("wait", run_id, "--json", "--no-save", "--timeout", "120", broker=redis_server.url, timeout=150, **env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads(res.stdout)["items_done"] == 160
+    stats = p.stats()
+    assert stats["max_in_flight"] <= 4, stats  # the cap held across the stop and the resume

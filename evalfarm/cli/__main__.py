@@ -1,4 +1,4 @@
 """``python -m evalfarm.cli``: the same as the ``evalfarm`` command."""
-from . import main
+from . import entry
 
-main()
+entry()

@@ -15,8 +15,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
-
-import httpx
+from urllib.parse import urlsplit
 
 from ..engine import observe
 from ..engine.adapters import Completion
@@ -25,9 +24,7 @@ from ..engine.judges import LLMJudge
 from ..redact import redact, register_secret_env
 from ..spec.models import AdapterSpec, JudgeSpec, Price, PromptSpec
 from .access import key_for
-from .aio import aiohttp
-from .errors import BadResponse, CertificateError, ClientError, ProviderError, TransportError, error_for_status
-from .http import close_current, post
+from .errors import BadResponse, ProviderError, error_for_status
 from .limits import Limiter, Limits, endpoint_id, limiter_for
 from .quota import exhausted_now, is_quota, refuse_if_exhausted
 from .retry import RetryPolicy, parse_retry_after, with_retries
@@ -52,13 +49,13 @@ class Endpoint:
         return self.wire.url(self)
 
     @functools.cached_property
-    def parsed_url(self) -> httpx.URL:
-        return httpx.URL(self.url)
-
-    @property
     def host(self) -> str:
         """The endpoint without credentials or path, for metrics labels."""
-        return f"{self.parsed_url.host}:{self.parsed_url.port or ''}".rstrip(":")
+        try:
+            parts = urlsplit(self.url)
+            return f"{parts.hostname or ''}:{parts.port or ''}".rstrip(":")
+        except ValueError:  # a port that is not a number: the call says so; the label stays readable
+            return "invalid-url"
 
 
 @dataclass
@@ -79,44 +76,13 @@ def cost_of(price: Price | None, tokens_in: int, tokens_out: int) -> float:
     return (tokens_in * price.input + tokens_out * price.output) / 1_000_000
 
 
-def _dropped(exc: BaseException, url: str) -> ProviderError | None:
-    """What an aiohttp error under httpx's mapping really was: httpx-aiohttp maps every aiohttp
-    connection error to ConnectTimeout, but a server that closed the connection, or whose TLS
-    certificate is not trusted, is not a refused connection: the user must look elsewhere."""
-    cause = exc.__cause__
-    if isinstance(cause, (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError)):
-        why = getattr(cause, "certificate_error", None) or cause
-        return CertificateError(f"TLS: {url} presented a certificate this host does not trust "
-                                f"({redact(str(why))[:300]}); if the server is yours, point SSL_CERT_FILE at the "
-                                "CA bundle that signed it")
-    if isinstance(cause, aiohttp.ServerDisconnectedError):
-        return TransportError(f"connection closed by the server at {url} before it answered (the request was "
-                              "sent; look at the server's logs)")
-    if isinstance(cause, aiohttp.ClientPayloadError):
-        return TransportError(f"connection closed by the server at {url} in the middle of its answer "
-                              f"({redact(str(cause))})")
-    return None
-
-
 async def _post_once(ep: Endpoint, body: bytes) -> dict[str, Any]:
+    from .http import post  # aiohttp: imported at the first call (a coordinator builds adapters, never calls)
+
     headers = {"Content-Type": "application/json", **ep.wire.headers(ep, key_for(ep.api_key_env, ep.url))}
-    try:
-        resp = await post(ep.parsed_url, body, headers, ep.timeout_s, min(10.0, ep.timeout_s), ep.wire.method(ep))
-        raw = resp.body
-    except httpx.ConnectTimeout as exc:
-        raise _dropped(exc, ep.url) or TransportError(
-            f"could not connect to {ep.url} (refused or unreachable; connect timeout "
-            f"{min(10.0, ep.timeout_s):g} s)") from None
-    except httpx.ReadError as exc:
-        raise _dropped(exc, ep.url) or TransportError(
-            f"connection failed to {ep.url}: {type(exc).__name__}: {redact(str(exc))}") from None
-    except httpx.TimeoutException as exc:
-        raise TransportError(f"no answer from {ep.url} within {ep.timeout_s:g} s ({type(exc).__name__})") from None
-    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-        raise ClientError(f"bad endpoint URL {ep.url}: {redact(str(exc))}") from None
-    except (httpx.TransportError, OSError) as exc:
-        raise TransportError(f"connection failed to {ep.url}: {type(exc).__name__}: {redact(str(exc))}") from None
-    text = raw.decode("utf-8", errors="replace")
+    url = ep.url
+    resp = await post(url, body, headers, ep.timeout_s, min(10.0, ep.timeout_s), ep.wire.method(ep))
+    text = resp.body.decode("utf-8", errors="replace")
     if resp.status != 200:
         raise error_for_status(resp.status, redact(text), parse_retry_after(resp.headers.get("retry-after")))
     try:
@@ -220,3 +186,13 @@ def openai_judge(spec: JudgeSpec, wire: Wire = OPENAI_CHAT) -> LLMJudge:
                         Limits(spec.max_in_flight, spec.requests_per_minute), wire)
     return LLMJudge(spec, lambda messages: chat(endpoint, messages, label="judge"), kind=wire.kind,
                     aclose=close_current)
+
+
+async def close_current() -> None:
+    """Close this loop's pooled HTTP sessions (nothing to close if no call was made: aiohttp stays unimported)."""
+    import sys
+
+    if "evalfarm.providers.http" in sys.modules:
+        from .http import close_current as close
+
+        await close()

@@ -328,7 +328,7 @@ class CeleryBackend:
             if timeout_s is not None and time.monotonic() - started > timeout_s:
                 raise FarmError(f"run {run_id} not finished after {timeout_s:.0f} s; "
                                 f"'evalfarm status {run_id}' shows where it stands")
-            time.sleep(poll_s)
+            self.store.nap(run_id, poll_s)  # poll_s, or less: the aggregate wakes it when the report is stored
 
     def _diagnose(self, run_id: str, p: Progress, quiet_s: float, said: str | None) -> str | None:
         """Checked every ``stall_notice_s`` while a run is not complete; each reason is said once:

@@ -16,8 +16,11 @@ out at 64 in flight).
 
 Every write states the holder's whole count (not a change), so it is idempotent: after a Redis
 restart, with its data (``appendonly``) or without, the first write re-asserts what each live
-process holds and expired holders are dropped; the cap is rebuilt from live leases. While Redis is
-unreachable, the slots a process holds stay in use (its calls go on); a call that has waited
+process holds and expired holders are dropped; the cap is rebuilt from live leases. A holder Redis no
+longer knows as live (its lease ran out while it was stopped or cut off) gets back only what is free,
+and until Redis has answered, a process whose lease ran out by its own clock hands no slot to a call:
+a resumed worker never sends beside the one that took its slots. While Redis is unreachable, the
+slots a process holds stay in use for at most the lease (its calls go on); a call that has waited
 ``OUTAGE_GRACE_S`` for a new slot while Redis does not answer gets an ``InfrastructureError`` (its
 batch runs again).
 """
@@ -47,16 +50,21 @@ _LEASE = """
 -- KEYS: leases (hash holder -> slots), renewed (zset holder -> ms of its last renewal)
 -- ARGV: holder, held (its own count), want (more slots wanted), max, lease ms
 -- Drops expired holders, grants up to `want` more under `max`, states this holder's whole count
--- and renews it; returns the grant.
+-- and renews it; returns the change to its count (negative: its lease had run out and others hold
+-- some of its slots now).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[5])
 local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. (now - lease))
 for _, h in ipairs(dead) do redis.call('HDEL', KEYS[1], h) end
 if #dead > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (now - lease)) end
-local held, want, maxf = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local stated, want, maxf = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local held = stated
+-- a holder Redis does not know as live (its lease ran out: SIGSTOP, partition; or Redis lost its data)
+-- gets back only what is free: others may hold its slots now
+local live = redis.call('ZSCORE', KEYS[2], ARGV[1])
 local grant = 0
-if want > 0 then
+if want > 0 or (held > 0 and not live) then
   local others = 0
   local all = redis.call('HGETALL', KEYS[1])
   for i = 1, #all, 2 do
@@ -65,7 +73,8 @@ if want > 0 then
       else redis.call('HDEL', KEYS[1], all[i]) end
     end
   end
-  grant = math.max(0, math.min(want, maxf - others - held))
+  if not live then held = math.max(0, math.min(held, maxf - others)) end
+  if want > 0 then grant = math.max(0, math.min(want, maxf - others - held)) end
 end
 local mine = held + grant
 if mine > 0 then
@@ -78,7 +87,7 @@ else
   redis.call('HDEL', KEYS[1], ARGV[1])
   redis.call('ZREM', KEYS[2], ARGV[1])
 end
-return grant
+return mine - stated
 """
 
 
@@ -98,8 +107,8 @@ def cap_keys(eid: str) -> tuple[str, str]:
 class Cap:
     """One fleet-wide cap as this process sees it: slots held (under its lease), in use, calls waiting."""
 
-    def __init__(self, eid: str, max_n: int) -> None:
-        self.eid, self.max = eid, max_n
+    def __init__(self, eid: str, max_n: int, lease: float = 10.0) -> None:
+        self.eid, self.max, self.lease = eid, max_n, lease
         self.keys = cap_keys(eid)
         self.held = 0  # slots this process holds under its lease (by its own account)
         self.in_use = 0  # <= held, always
@@ -111,8 +120,16 @@ class Cap:
     def wanted(self) -> int:
         return min(self.max, self.in_use + len(self.waiters))
 
+    def fresh(self) -> bool:
+        """Our lease is still live by our own clock. A process that was stopped (SIGSTOP) or cut off for
+        longer than the lease may find its slots taken by others: it hands none out until the keeper
+        has stated its count again and Redis answered with what it still holds."""
+        return time.monotonic() - self.renewed < self.lease
+
     def dispatch(self) -> None:
-        """Hand free slots this process holds to waiting calls, oldest first."""
+        """Hand free slots this process holds to waiting calls, oldest first (only under a live lease)."""
+        if not self.fresh():
+            return
         while self.waiters and self.in_use < self.held:
             _, fut = self.waiters.popleft()
             if fut.done():
@@ -149,7 +166,7 @@ class LeaseKeeper:
         (``holder/max``), counted together and each checked against its own cap."""
         c = self.caps.get(f"{eid}/{max_n}")
         if c is None:
-            c = self.caps[f"{eid}/{max_n}"] = Cap(eid, max_n)
+            c = self.caps[f"{eid}/{max_n}"] = Cap(eid, max_n, self.lease_s)
         return c
 
     def poke(self) -> None:
@@ -160,7 +177,7 @@ class LeaseKeeper:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def acquire(self, cap: Cap) -> None:
-        if cap.in_use < cap.held and not cap.waiters:
+        if cap.in_use < cap.held and not cap.waiters and cap.fresh():
             cap.in_use += 1
             return
         fut = asyncio.get_running_loop().create_future()
@@ -176,7 +193,7 @@ class LeaseKeeper:
     def release(self, cap: Cap) -> None:
         cap.in_use -= 1
         cap.dispatch()
-        if cap.wanted() < cap.held:
+        if cap.wanted() < cap.held or not cap.fresh():
             self.poke()
 
     def _ops(self, now: float) -> list[tuple[Cap, int, int]]:
@@ -189,7 +206,8 @@ class LeaseKeeper:
                 ops.append((cap, cap.held, 0))
             elif want > 0 and now >= cap.retry_at:
                 ops.append((cap, cap.held, want))
-            elif cap.held != cap.stated or (cap.held and now - cap.renewed >= self.lease_s / 3):
+            elif cap.held != cap.stated or (cap.held and now - cap.renewed >= self.lease_s / 3) \
+                    or (cap.waiters and not cap.fresh()):
                 ops.append((cap, cap.held, 0))
         return ops
 

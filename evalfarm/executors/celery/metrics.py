@@ -21,7 +21,7 @@ An adapter's series exist at zero from its first call in the process on (``prepa
 
 Label values that come from specs (adapter ids, endpoints) are untrusted and unbounded: each metric
 keeps the first ``EVALFARM_METRICS_LABEL_CAP`` (200) values it meets in the process and counts the
-rest under ``other``, so totals stay exact and /metrics stays small (5,000 adapters made a worker's
+rest under `` other`` (a leading space, which no adapter id or host has), so totals stay exact and /metrics stays small (5,000 adapters made a worker's
 /metrics 125,025 lines, 9.8 MB, for the worker's life).
 """
 from __future__ import annotations
@@ -65,7 +65,10 @@ def _label(value: Any, limit: int = 120) -> str:
     return (value if isinstance(value, str) else str(value))[:limit]
 
 
-OTHER = "other"  # every spec-derived label value past a metric's cap
+# every spec-derived label value past a metric's cap. Unforgeable: it starts with a space, and no adapter
+# id (spec validation) or endpoint host can, nor any capped value (``_Capped`` strips them); a bare "other"
+# was the label of an adapter named "other" too, merging its figures with the overflow
+OTHER = " other"
 
 
 def label_cap() -> int:
@@ -83,7 +86,7 @@ class _Capped:
         self.lock = threading.Lock()
 
     def __call__(self, value: Any) -> str:
-        v = _label(value)
+        v = _label(value).strip() or "?"
         if v in self.seen:
             return v
         with self.lock:

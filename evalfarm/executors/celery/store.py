@@ -343,6 +343,21 @@ class RedisStore(RunStore):
     def release(self, run_id: str, what: str) -> None:
         self.r.delete(_k(run_id, f"claim:{what}"))
 
+    WAKE_TOKENS, WAKE_TTL_S = 4, 60
+
+    def wake(self, run_id: str) -> None:
+        """The report exists: wake the coordinators blocked in ``nap`` (a few tokens, so a ``run`` and a
+        ``wait`` attached to the same run both wake; the rest expire)."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.rpush(_k(run_id, "wake"), *([1] * self.WAKE_TOKENS))
+        pipe.expire(_k(run_id, "wake"), self.WAKE_TTL_S)
+        pipe.execute()
+
+    def nap(self, run_id: str, timeout_s: float) -> None:
+        """Block up to ``timeout_s``, less if ``wake`` is called meanwhile: the coordinator's poll interval
+        without the wait for the next poll once the report is there."""
+        self.r.blpop([_k(run_id, "wake")], timeout=timeout_s)
+
     def clear_report(self, run_id: str) -> None:
         self.r.delete(_k(run_id, "report:head"), _k(run_id, "report:outcomes"), _k(run_id, "report:prompts"))
 

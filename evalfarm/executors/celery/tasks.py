@@ -96,4 +96,11 @@ def register(app: Celery, settings: FarmSettings) -> None:
 
     @app.task(name=AGGREGATE, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def aggregate(run_id: str) -> bool:
-        return until_done(AGGREGATE, run_id, lambda: finalize(store_for(url), run_id))
+        def build() -> bool:
+            store = store_for(url)
+            built = finalize(store, run_id)
+            if built:
+                store.wake(run_id)  # the waiting coordinator reads the report now, not at its next poll
+            return built
+
+        return until_done(AGGREGATE, run_id, build)

@@ -155,7 +155,7 @@ class _Progressive:
     """A batch's items recorded as they finish, a few at a time, not all at the batch's end: the run's
     progress (and the live bar) moves item by item, and a batch cut short keeps what it finished."""
 
-    EVERY_N, EVERY_S = 16, 0.25
+    EVERY_N, EVERY_S = 64, 0.25
 
     def __init__(self, store: RunStore, ctx: "RunContext", run_id: str,
                  enqueue_aggregate: Callable[[str], None]) -> None:
