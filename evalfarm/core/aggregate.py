@@ -49,6 +49,8 @@ class _Acc:
         self.judge_cost = 0.0
         self.classes: dict[str, int] = defaultdict(int)  # agent items: failure class -> count (core/failure.py)
         self.unmeasured: list[dict[str, Any]] = []
+        self.mismatched = 0  # agent items whose own account and the model relay's disagree (agents/trajectory.py)
+        self.mismatches: list[dict[str, Any]] = []
 
     def add(self, o: dict[str, Any]) -> None:
         self.items += 1
@@ -72,6 +74,12 @@ class _Acc:
             if verdict is None and len(self.unmeasured) < UNMEASURED_EXAMPLES:
                 self.unmeasured.append({"prompt_id": o["prompt_id"], "trial": o.get("trial", 0), "class": cls,
                                         "reason": failure.reason(o)})
+        agent = o.get("agent") if isinstance(o.get("agent"), dict) else {}
+        if agent.get("trajectory_mismatch"):
+            self.mismatched += 1
+            if len(self.mismatches) < UNMEASURED_EXAMPLES:
+                self.mismatches.append({"prompt_id": o["prompt_id"], "trial": o.get("trial", 0),
+                                        "why": str(agent["trajectory_mismatch"])[:300]})
         if o.get("error"):
             self.errors += 1
             self.error_classes[o["error"].get("class", "Error")] += 1
@@ -142,6 +150,9 @@ def _figures(acc: _Acc, trials: int, judge_weight: float | None) -> dict[str, An
         figures["coverage"] = _r(acc.measured / acc.items) if acc.items else None
         figures["unmeasured"] = acc.unmeasured
         figures["coverage_line"] = failure.coverage_line(figures)
+    if acc.mismatched:  # the agent's account of its model calls and the relay's differ: said, never hidden
+        figures["trajectory_mismatches"] = acc.mismatched
+        figures["trajectory_mismatch_examples"] = acc.mismatches
     if acc.trial_verdicts is not None:
         per_prompt = {p: case_verdict(v) for p, v in sorted(acc.trial_verdicts.items())}
         measured = [v for v in per_prompt.values() if v is not None]

@@ -113,6 +113,11 @@ class RunStore(ABC):
     def counters(self, run_id: str) -> dict[str, int]: ...
 
     @abstractmethod
+    def note_start(self, run_id: str, key: str) -> int:
+        """One more start of an item's spawn task; returns how many there have been. A start that finds
+        an earlier one without a result means the worker running it died (executors/celery/work.py)."""
+
+    @abstractmethod
     def put_pending(self, run_id: str, outcomes: list[dict[str, Any]]) -> None:
         """Outcomes called but not yet judged (they wait for the judge queue)."""
 
@@ -190,6 +195,12 @@ class MemoryStore(RunStore):
         self._bodies: dict[tuple[str, str], list[bytes]] = {}
         self._blobs: dict[tuple[str, str], bytes] = {}
         self._locks: dict[tuple[str, str], tuple[str, float]] = {}
+        self._starts: dict[tuple[str, str], int] = {}
+
+    def note_start(self, run_id: str, key: str) -> int:
+        with self._lock:
+            n = self._starts[(run_id, key)] = self._starts.get((run_id, key), 0) + 1
+            return n
 
     def ping(self) -> None:
         pass

@@ -40,6 +40,8 @@ class ReportBuilder:
             if cost:
                 self.unjudged += cost
                 self.unjudged_items += 1
+            if isinstance(o.get("agent"), dict):  # an agent task never sent: budget_stopped in its adapter's classes
+                self.agg.add(o)
             return None
         self.agg.add(o)
         self.errors.add(o)

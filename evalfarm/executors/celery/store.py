@@ -27,10 +27,11 @@ from .redis_tls import KEEPALIVE, SOCKET_TIMEOUT_S, split_tls
 RUNS_INDEX = "ef:runs"
 PLANNING_TTL_S = 600  # a plan being stored expires this long after its last chunk unless completed
 PLAN_PARTS = ("meta", "state", "items", "order", "prompts")
-DATA_PARTS = ("items", "order", "prompts", "results", "rmeta", "counts", "spend", "pending", "report:head",
+DATA_PARTS = ("items", "order", "prompts", "results", "rmeta", "counts", "spend", "pending", "starts", "report:head",
               "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary", "blob:markdown")
 # every key of a run (claims and blobs by name): expire_run touches these and nothing else
-PARTS = ("meta", "state", "items", "order", "prompts", "results", "rmeta", "counts", "spend", "pending", "report:head",
+PARTS = ("meta", "state", "items", "order", "prompts", "results", "rmeta", "counts", "spend", "pending", "starts",
+         "report:head",
          "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary", "blob:markdown", "lock:resume")
 
 
@@ -296,10 +297,15 @@ class RedisStore(RunStore):
         args = [x for pair in items for x in pair]
         if not args:
             return int(self.r.hlen(_k(run_id, "results")))
-        return int(self._forget(keys=[_k(run_id, "results"), _k(run_id, "rmeta"), _k(run_id, "counts")], args=args))
+        left = int(self._forget(keys=[_k(run_id, "results"), _k(run_id, "rmeta"), _k(run_id, "counts")], args=args))
+        self.r.hdel(_k(run_id, "starts"), *[k for k, _ in items])  # a re-run starts its retries afresh
+        return left
 
     def counters(self, run_id: str) -> dict[str, int]:
         return {k.decode(): int(v) for k, v in self.r.hgetall(_k(run_id, "counts")).items()}
+
+    def note_start(self, run_id: str, key: str) -> int:
+        return int(self.r.hincrby(_k(run_id, "starts"), key, 1))
 
     def put_pending(self, run_id: str, outcomes: list[dict[str, Any]]) -> None:
         if outcomes:

@@ -18,13 +18,14 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Awaitable, Callable, TypeVar
 
+from ...core import failure
 from ...core.outcome import Outcome
 from ...core.plan import Item
 from ...engine import build_engine
 from ...errors import InfrastructureError
 from ...logs import get_logger
 from ...engine.cache import ResponseCache, SqliteCache
-from ...engine.items import Engine, bounded, within
+from ...engine.items import Engine, bounded, error_of, within
 from ..finalize import spec_of
 from ..store import RunStore
 from .budget import spend_guard
@@ -199,10 +200,50 @@ def _deadline(time_limit_s: float | None) -> float | None:
     return time.monotonic() + time_limit_s if time_limit_s else None
 
 
+class WorkerDied(Exception):
+    """The worker running an agent task died (SIGKILL, OOM, the host lost) before it recorded a result."""
+
+
+def note_starts(store: RunStore, run_id: str, keys: list[str]) -> dict[str, int]:
+    """A spawn task counts its start of each unfinished item, once per delivery (not again when its
+    batch is retried after an infrastructure error); returns the count per key."""
+    done = store.done_keys(run_id, keys)
+    return {k: store.note_start(run_id, k) for k in keys if k not in done}
+
+
+def _worker_deaths(starts: dict[str, int], items: list[Item], engine: Engine) -> tuple[
+        list[Item], list[Outcome], dict[str, int]]:
+    """A spawn task's start of an item that finds earlier starts without a result follows that many dead
+    workers. Such an item runs again up to ``failure.infra_retries()`` times (the stated
+    retries of an infra failure: the redelivery went to whichever worker took it, another one when there
+    is one); past that it is recorded ``infra_failed`` (error ``WorkerDied``) without running, never as
+    the agent's failure. Returns the items to run, the outcomes of those given up, deaths per key."""
+    run, given_up, deaths = [], [], {}
+    for item in items:
+        died = starts.get(item.key, 1) - 1
+        if died <= 0:
+            run.append(item)
+            continue
+        deaths[item.key] = died
+        if died <= failure.infra_retries():
+            run.append(item)
+            continue
+        out = Outcome(key=item.key, prompt_id=item.prompt.id, adapter=item.adapter, trial=item.trial)
+        out.error = error_of(WorkerDied(f"the worker running this agent task died {died} times before it finished "
+                                        f"(killed or lost); not run again after {died - 1} retries"), "adapter")
+        spec = getattr(engine.adapters.get(item.adapter), "spec", None)
+        out.agent = {"agent": getattr(spec, "agent", None), "infra": True, "worker_deaths": died, "attempts": died}
+        given_up.append(engine.decide(out))
+    return run, given_up, deaths
+
+
 def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: int,
                   enqueue_aggregate: Callable[[str], None], enqueue_judge: Enqueue,
-                  time_limit_s: float | None = None, store_url: str | None = None, blob_dir: str | None = None) -> int:
-    """Call the adapter for the batch's unfinished items; returns how many were called."""
+                  time_limit_s: float | None = None, store_url: str | None = None, blob_dir: str | None = None,
+                  starts: dict[str, int] | None = None) -> int:
+    """Call the adapter for the batch's unfinished items; returns how many were called. ``starts``
+    (spawn tasks, ``note_starts``): an item whose earlier tasks died with their worker is retried, then
+    given up (``_worker_deaths``)."""
     ctx = context_for(store, run_id, store_url, blob_dir)
     if ctx is None:
         log.warning("batch_for_unknown_run", run_id=run_id)
@@ -215,12 +256,19 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     todo = [k for k in open_keys if k not in pending]
     items = [Item.from_dict(json.loads(raw)) for raw in store.get_items(run_id, todo) if raw]
     engine = ctx.engine
+    deaths: dict[str, int] = {}
+    if starts:
+        items, given_up, deaths = _worker_deaths(starts, items, engine)
+        if given_up:
+            _record(store, ctx, run_id, given_up, enqueue_aggregate)
     deadline = _deadline(time_limit_s)
     start = time.perf_counter()  # an item's wait counts from here: it is in this worker's hands
     progress = None if engine.judged else _Progressive(store, ctx, run_id, enqueue_aggregate)
 
     async def one(item: Item) -> Outcome | InfrastructureError:
         result = await _kept(within(deadline, ctx.held(engine.call(item, start)), item, "adapter"))
+        if deaths.get(item.key) and isinstance(result, Outcome) and isinstance(result.agent, dict):
+            result.agent["worker_deaths"] = deaths[item.key]  # it ran again after its worker died
         if progress is not None and isinstance(result, Outcome):
             await progress.add(engine.decide(result))
         return result
