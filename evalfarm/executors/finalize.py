@@ -54,6 +54,8 @@ def finalize(store: RunStore, run_id: str, stopped: str | None = None) -> bool:
         return False
     builder = ReportBuilder(spec_of(meta), meta["trials"])
     store.clear_report(run_id)
+    if meta.get("archive"):
+        return _finalize_archived(store, run_id, meta, builder, stopped)
     first = True
     for keys in batched(store.iter_item_keys(run_id), 1000):
         lines = [line for line in (builder.add(raw) for raw in store.get_results(run_id, keys) if raw is not None)
@@ -65,12 +67,7 @@ def finalize(store: RunStore, run_id: str, stopped: str | None = None) -> bool:
     for prompts in batched(store.iter_prompts(run_id), 1000):
         store.append_report(run_id, section_lines(prompts, first), "prompts")
         first = False
-    finished = datetime.now(timezone.utc)
-    started = datetime.fromisoformat(meta["started_at"])
-    head = builder.head(run_id=run_id, spec_hash=meta.get("spec_hash") or "", mode=meta["mode"],
-                        started_at=meta["started_at"], finished_at=finished.isoformat(timespec="milliseconds"),
-                        duration_s=(finished - started).total_seconds(), items_planned=meta["total"],
-                        stopped=stopped, **budget_of(store, run_id, meta))
+    head = _head(store, run_id, meta, builder, stopped)
     store.put_blob(run_id, "summary", json.dumps(head).encode())
     store.put_blob(run_id, "markdown", render_markdown(head, builder.failed).encode())
     store.put_report_head(run_id, head_bytes(head))
@@ -79,3 +76,55 @@ def finalize(store: RunStore, run_id: str, stopped: str | None = None) -> bool:
     store.transition(run_id, stopped or "done", None, finished_at=head["finished_at"])
     store.expire_run(run_id, run_ttl_s())
     return True
+
+
+def _finalize_archived(store, run_id: str, meta: dict, builder: ReportBuilder, stopped: str | None) -> bool:
+    """An archived run (``executors/archive.py``): the report's sections are written to the archive as
+    they stream from its segments, in plan order, one segment in memory at a time; the head goes to
+    the archive and to Redis last."""
+    from .archive import RunArchive
+
+    run = RunArchive.of(meta["archive"], run_id)
+    segments = int(meta["segments"])
+
+    def outcomes():
+        first = True
+        for seg in range(segments):
+            have = run.out(seg)
+            lines = []
+            for item in run.plan(seg):
+                raw = have.get(json.loads(item)["key"])
+                line = builder.add(raw) if raw is not None else None
+                if line is not None:
+                    lines.append(line)
+            if lines:
+                yield section_lines(lines, first)
+                first = False
+
+    def prompts():
+        first = True
+        for seg in range(segments):
+            lines = run.prompts(seg)
+            if lines:
+                yield section_lines(lines, first)
+                first = False
+
+    run.put_section("outcomes", outcomes())
+    run.put_section("prompts", prompts())
+    head = _head(store, run_id, meta, builder, stopped)
+    run.put_head(head_bytes(head))
+    store.put_blob(run_id, "summary", json.dumps(head).encode())
+    store.put_blob(run_id, "markdown", render_markdown(head, builder.failed).encode())
+    store.put_archived_report(run_id, meta["archive"], head_bytes(head))
+    store.transition(run_id, stopped or "done", None, finished_at=head["finished_at"])
+    store.expire_run(run_id, run_ttl_s())
+    return True
+
+
+def _head(store, run_id: str, meta: dict, builder: ReportBuilder, stopped: str | None) -> dict:
+    finished = datetime.now(timezone.utc)
+    started = datetime.fromisoformat(meta["started_at"])
+    return builder.head(run_id=run_id, spec_hash=meta.get("spec_hash") or "", mode=meta["mode"],
+                        started_at=meta["started_at"], finished_at=finished.isoformat(timespec="milliseconds"),
+                        duration_s=(finished - started).total_seconds(), items_planned=meta["total"],
+                        stopped=stopped, **budget_of(store, run_id, meta))

@@ -1,0 +1,105 @@
+"""An archived farm run (EVALFARM_ARCHIVE, issue 23): the plan and finished outcomes live on the archive,
+Redis only what is in flight. All real: redis-server, celery workers, mock-provider over HTTP."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import redis
+
+from conftest import run_cli, wait_for
+from evalfarm.core.report.model import stable_view
+
+N = 3000
+
+
+def make_spec(tmp: Path, url: str, n: int = N) -> Path:
+    lines = "\n".join(json.dumps({"id": f"p{i:05d}", "text": f"prompt {i}", "expected_output_contains": [str(i)]})
+                      for i in range(n))
+    (tmp / "d.jsonl").write_text(lines + "\n")
+    (tmp / "s.yaml").write_text(f"name: archived\ndataset: d.jsonl\n"
+                                f"adapters:\n  - {{id: m, model: m1, base_url: '{url}'}}\n")
+    return tmp / "s.yaml"
+
+
+def counts(url: str, run_id: str) -> dict[str, int]:
+    r = redis.Redis.from_url(url)
+    return {k.decode(): int(v) for k, v in r.hgetall(f"ef:run:{run_id}:counts").items()}
+
+
+def archived_lines(archive: Path, run_id: str) -> int:
+    return sum(p.read_bytes().count(b"\n") for p in (archive / run_id / "out").glob("*.jsonl"))
+
+
+def settled(fn, what: str, timeout: float = 60.0):
+    """The value ``fn`` returns once two reads 0.5 s apart agree (the workers' in-flight batches landed)."""
+    last = [object()]
+
+    def same():
+        now = fn()
+        ok, last[0] = now == last[0], now
+        return ok
+
+    wait_for(same, timeout=timeout, what=what, every=0.5)
+    return last[0]
+
+
+def test_flushall_mid_run_then_resume_reruns_only_what_was_not_archived(tmp_path, redis_server, start_worker,
+                                                                       provider):
+    p = provider("--latency-ms", "20")
+    spec = make_spec(tmp_path, p.url)
+    archive = tmp_path / "archive"
+    env = {"EVALFARM_ARCHIVE": str(archive), "EVALFARM_MAX_IN_FLIGHT": "16"}
+    start_worker(redis_server.url, concurrency=2, **env)
+    start_worker(redis_server.url, concurrency=2, **env)
+    res = run_cli("run", str(spec), "--detach", "--batch-size", "50", broker=redis_server.url, **env)
+    assert res.returncode == 0, res.stderr
+    run_id = res.stdout.strip()
+    r = redis.Redis.from_url(redis_server.url)
+    # nothing of the plan in Redis: no items hash, no order list, no per-item result
+    for part in ("items", "order", "results", "report:outcomes"):
+        assert not r.exists(f"ef:run:{run_id}:{part}")
+    wait_for(lambda: counts(redis_server.url, run_id).get("done", 0) >= 0.6 * N, timeout=120, what="60% done")
+    r.flushall()
+    # the batches in the workers' hands finish and land on the archive; then nothing moves
+    archived = settled(lambda: archived_lines(archive, run_id), "the archive to stop growing")
+    asked_before = settled(lambda: p.stats()["requests"], "the provider to stop being asked")
+    assert 0.6 * N <= archived < N
+    res = run_cli("resume", run_id, "--json", "--no-save", "--timeout", "120", broker=redis_server.url, **env)
+    assert res.returncode == 0, res.stderr
+    assert "restored from the archive" in res.stderr
+    report = json.loads(res.stdout)
+    # only what was not archived ran again: every request after the resume is an item the archive lacked
+    assert p.stats()["requests"] == asked_before + (N - archived)
+    assert asked_before == archived  # nothing that was asked got lost (the in-flight batches were archived)
+    keys = [o["key"] for o in report["outcomes"]]
+    assert len(keys) == N and len(set(keys)) == N
+    # the same report as a clean run's (an archived run on a fresh Redis, then an in-process run)
+    clean = run_cli("run", str(spec), "--no-save", "--json", **{"EVALFARM_ARCHIVE": ""})
+    assert clean.returncode == 0, clean.stderr
+    ref = stable_view(json.loads(clean.stdout))
+    view = stable_view(report)
+    assert view["per_adapter"] == ref["per_adapter"] and view["outcomes"] == ref["outcomes"]
+
+
+def test_archived_run_keeps_redis_flat_and_streams_the_report(tmp_path, redis_server, start_worker, provider):
+    p = provider()
+    spec = make_spec(tmp_path, p.url, n=2000)
+    archive = tmp_path / "archive"
+    env = {"EVALFARM_ARCHIVE": str(archive)}
+    start_worker(redis_server.url, concurrency=2, **env)
+    res = run_cli("run", str(spec), "--json", "--batch-size", "100", "--state-dir", str(tmp_path / "st"),
+                  broker=redis_server.url, **env)
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert [o["prompt_id"] for o in report["outcomes"]] == [f"p{i:05d}" for i in range(2000)]  # plan order
+    assert len(report["prompts"]) == 2000
+    run_id = report["run_id"]
+    assert sorted(x.name for x in (archive / run_id).iterdir()) == ["meta.json", "out", "plan", "prompts", "report"]
+    assert len(list((archive / run_id / "out").glob("*.jsonl"))) == 20
+    r = redis.Redis.from_url(redis_server.url)
+    held = sum(r.memory_usage(k) or 0 for k in r.scan_iter(f"ef:run:{run_id}:*"))
+    assert held < 20_000, held  # the meta, counters, a bitmap, the head and summary: not per item
+    saved = json.loads((tmp_path / "st" / "runs" / f"{run_id}.json").read_text())
+    assert stable_view(saved) == stable_view(report)
+    assert p.stats()["requests"] == 2000
