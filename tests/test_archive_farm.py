@@ -14,8 +14,8 @@ N = 3000
 
 
 def make_spec(tmp: Path, url: str, n: int = N) -> Path:
-    lines = "\n".join(json.dumps({"id": f"p{i:05d}", "text": f"prompt {i}", "expected_output_contains": [str(i)]})
-                      for i in range(n))
+    lines = "\n".join(json.dumps({"id": f"p{i:05d}", "text": f"prompt {i}",
+                                  "expected_output_contains": [str(i) if i % 7 else "never"]}) for i in range(n))
     (tmp / "d.jsonl").write_text(lines + "\n")
     (tmp / "s.yaml").write_text(f"name: archived\ndataset: d.jsonl\n"
                                 f"adapters:\n  - {{id: m, model: m1, base_url: '{url}'}}\n")
@@ -100,6 +100,34 @@ def test_archived_run_keeps_redis_flat_and_streams_the_report(tmp_path, redis_se
     r = redis.Redis.from_url(redis_server.url)
     held = sum(r.memory_usage(k) or 0 for k in r.scan_iter(f"ef:run:{run_id}:*"))
     assert held < 20_000, held  # the meta, counters, a bitmap, the head and summary: not per item
-    saved = json.loads((tmp_path / "st" / "runs" / f"{run_id}.json").read_text())
+    saved_path = tmp_path / "st" / "runs" / f"{run_id}.json"
+    saved = json.loads(saved_path.read_text())
     assert stable_view(saved) == stable_view(report)
     assert p.stats()["requests"] == 2000
+    # the case index the aggregate wrote is the one the dashboard would build by reading the file
+    from evalfarm.dashboard import reports
+    from evalfarm.dashboard.runs import Runs
+
+    key = reports.stat_key(saved_path)
+    loaded, built = reports.load_index(saved_path, key), reports.build_index(saved_path, key[0])
+    assert loaded is not None and loaded.digest == built.digest and loaded.figures() == built.figures()
+    for col in ("offsets", "lengths", "trial", "status"):
+        assert list(getattr(loaded, col)) == list(getattr(built, col)), col
+    for col in ("adapter", "case", "mode"):
+        assert [loaded.names[i] for i in getattr(loaded, col)] == [built.names[i] for i in getattr(built, col)]
+    loaded.prompts.get("")
+    assert dict(loaded.prompts) == built.prompts and len(built.prompts) == 2000
+
+    class Registry:
+        def read(self):
+            return {"by_run": {}, "prompts": {}, "gates": {}}
+
+    runs = Runs(saved_path.parent, Registry())
+    assert runs.index(run_id).figures() == built.figures()  # served from the saved index
+    failed = runs.cases(run_id, "failed", page=3, per_page=20)
+    assert failed["total"] == 286 and [c["prompt_id"] for c in failed["cases"]] == [
+        f"p{i:05d}" for i in range(0, 2000, 7)][40:60]
+    assert runs.cases(run_id, page=100, per_page=20)["cases"][-1]["prompt_id"] == "p01999"
+    assert runs.case(run_id, 1999)["input"] is not None
+    (saved_path.parent / f"{run_id}.index").write_bytes(b"evalfarm-report-index 1\n{not json")
+    assert reports.load_index(saved_path, key) is None  # a broken index: the file is read instead

@@ -12,6 +12,7 @@ Layout under ``<root>/<run_id>/`` (one writer per file, every file written whole
     out/<seg>.jsonl         the segment's finished outcomes, one a line, written by the worker that ran it
     report/outcomes.part    the report's outcome lines, framed as in the report file
     report/prompts.part     its prompt lines
+    report/index.part       the report's case index (core/report/index.py): where each outcome line is
     report/head.json        the report's head, written last: its presence means the report is complete
 
 A segment is a dispatch batch: segment ``n`` holds plan positions ``n*B .. n*B+B-1`` (B, the run's
@@ -282,6 +283,15 @@ class RunArchive:
     # -- the report (the aggregate writes it, the coordinator streams it) ---------------------
     def put_section(self, section: str, chunks: Iterable[bytes]) -> int:
         return self.archive.put(self._n(f"report/{section}.part"), chunks)
+
+    def put_index(self, chunks: Iterable[bytes]) -> None:
+        self.archive.put(self._n("report/index.part"), chunks)
+
+    def index(self) -> Iterator[bytes]:
+        return self.archive.stream(self._n("report/index.part"))
+
+    def has_index(self) -> bool:
+        return self.archive.size(self._n("report/index.part")) is not None
 
     def put_head(self, head: bytes) -> None:
         self.archive.put(self._n("report/head.json"), [head])

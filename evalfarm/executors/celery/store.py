@@ -333,6 +333,11 @@ class RedisStore(RunStore):
         url = self.r.get(_k(run_id, "report:archive"))
         return RunArchive.of(url.decode(), run_id) if url else None
 
+    def report_index(self, run_id: str) -> Iterator[bytes] | None:
+        """The case index the aggregate wrote beside an archived run's report (None without one)."""
+        run = self._archived(run_id)
+        return run.index() if run is not None and run.has_index() else None
+
     def forget(self, run_id: str, items: list[tuple[str, str]]) -> int:
         """Remove these (key, adapter) items' results and their counts (``resume --only``: they run again)."""
         args = [x for pair in items for x in pair]
