@@ -204,3 +204,34 @@ def test_s3_archive_writes_whole_objects_and_lists_them(tmp_path):
         assert a.get("r/missing") is None and a.size("r/missing") is None
     finally:
         s3.stop()
+
+
+def test_report_index_spills_to_disk_and_reads_back_the_same(monkeypatch):
+    """The aggregate's index writer keeps its columns on disk past SPILL entries (flat memory at a million
+    items): spilled every 7 entries, it writes the very bytes it writes in memory, and they read back."""
+    from evalfarm.core.report.index import IndexWriter, read_index
+
+    def write(spill: int) -> bytes:
+        monkeypatch.setattr(IndexWriter, "SPILL", spill)
+        w = IndexWriter()
+        for i in range(100):
+            w.add(i * 10, 9, {"adapter": f"a{i % 2}", "prompt_id": f"case\n{i // 4}", "trial": i % 2,
+                              "passed": i % 3 != 0, "failure_mode": None if i % 3 else "wrong_answer",
+                              "latency_ms": float(i)})
+        w.last_line_has_no_comma()
+        for i in range(25):
+            w.add_prompt(f"case\n{i}", 5000 + i * 10, 9)
+        w.last_line_has_no_comma("prompts")
+        return b"".join(w.chunks(100, 200, {"size": 1}))
+
+    data = write(7)
+    assert data == write(1 << 16)
+    got = read_index(data)
+    names, cols = got["names"], got["cols"]
+    assert list(cols["offsets"]) == [100 + i * 10 for i in range(100)]
+    assert list(cols["lengths"]) == [9] * 99 + [8] and list(cols["prompt_lengths"]) == [9] * 24 + [8]
+    assert [names[c] for c in cols["case"]] == [f"case\\n{i // 4}" for i in range(100)]
+    assert [names[a] for a in cols["adapter"]] == [f"a{i % 2}" for i in range(100)]
+    assert got["header"]["figures"]["statuses"] == {"failed": 34, "passed": 66}
+    assert got["header"]["figures"]["latency"]["n"] == 100
+    assert [names[p] for p in cols["prompt_id"]][:2] == ["case\\n0", "case\\n1"]

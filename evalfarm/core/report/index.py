@@ -78,71 +78,163 @@ def _num(value: Any) -> float:
 
 class IndexWriter:
     """Fed each outcome line as the report's outcomes section is written (offsets relative to the
-    section's start) and each prompt line; ``chunks`` gives the file once the head's size is known."""
+    section's start) and each prompt line; ``chunks`` gives the file once the head's size is known.
+
+    Flat in memory whatever the run's size: the columns spill to temporary files every ``SPILL``
+    entries; only adapter and failure-mode names are kept (a case name is written once per run of
+    consecutive outcomes of that case, which plan order makes one per case and adapter)."""
+
+    SPILL = 1 << 16
 
     def __init__(self) -> None:
+        import tempfile
+
+        self._dir = tempfile.TemporaryDirectory(prefix="evalfarm-index-")
         self.cols = {name: array(code) for name, code in COLUMNS + PROMPT_COLUMNS}
-        self.names: list[str] = [""]  # id 0: no failure mode
-        self._ids: dict[str, int] = {"": 0}
-        self.small: set[int] = {0}  # adapter and failure-mode ids: the pages look them up by name
+        self.counts = {name: 0 for name, _ in COLUMNS + PROMPT_COLUMNS}
+        self._files = {name: open(f"{self._dir.name}/{name}", "w+b") for name, _ in COLUMNS + PROMPT_COLUMNS}
+        self._names = open(f"{self._dir.name}/names", "w+b")  # case and prompt names, one a line
+        self.n_names = 0
+        self.small: list[str] = [""]  # adapter and failure-mode names (id 0: no failure mode)
+        self._small_ids: dict[str, int] = {"": 0}
+        self._last_case: str | None = None
         self.modes: dict[str, int] = {}
         self.statuses: dict[str, int] = {}
+        self._prompt_kept = False
 
-    def _id(self, name: str) -> int:
-        i = self._ids.get(name)
+    def _small(self, name: str) -> int:
+        i = self._small_ids.get(name)
         if i is None:
-            i = self._ids[name] = len(self.names)
-            self.names.append(name)
+            i = self._small_ids[name] = len(self.small)
+            self.small.append(name)
         return i
 
+    def _name(self, name: str) -> int:
+        """A case or prompt name's sequence number among the written names."""
+        self._names.write(name.replace("\n", "\\n").encode("utf-8", "surrogatepass") + b"\n")
+        self.n_names += 1
+        return self.n_names - 1
+
+    def _push(self, name: str, value) -> None:
+        col = self.cols[name]
+        col.append(value)
+        if len(col) >= self.SPILL:
+            self._spill(name)
+
+    def _spill(self, name: str) -> None:
+        col = self.cols[name]
+        self._files[name].write(col.tobytes())
+        self.counts[name] += len(col)
+        self.cols[name] = array(col.typecode)
+
     def add(self, offset: int, length: int, o: dict[str, Any]) -> None:
-        c = self.cols
-        c["offsets"].append(offset)
-        c["lengths"].append(length)
-        a = self._id(cut_text(o.get("adapter"), 200))
-        c["adapter"].append(a)
-        c["case"].append(self._id(cut_text(o.get("prompt_id"), 500)))
-        c["trial"].append(_count(o.get("trial")))
+        self._push("offsets", offset)
+        self._push("lengths", length)
+        self._push("adapter", self._small(cut_text(o.get("adapter"), 200)))
+        case = cut_text(o.get("prompt_id"), 500)
+        if case != self._last_case:
+            self._last_case, self._case_id = case, self._name(case)
+        self._push("case", self._case_id)
+        self._push("trial", _count(o.get("trial")))
         status = status_of(o)
-        c["status"].append(STATUSES.index(status))
+        self._push("status", STATUSES.index(status))
         self.statuses[status] = self.statuses.get(status, 0) + 1
         mode_name = "" if o.get("failure_mode") is None else cut_text(o.get("failure_mode"), 60)
-        m = self._id(mode_name)
-        c["mode"].append(m)
-        self.small.update((a, m))
+        self._push("mode", self._small(mode_name))
         if mode_name:
             self.modes[mode_name] = self.modes.get(mode_name, 0) + 1
-        c["latency"].append(_num(o.get("latency_ms")))
+        self._push("latency", _num(o.get("latency_ms")))
 
     def add_prompt(self, prompt_id: Any, offset: int, length: int) -> None:
         self._prompt_kept = isinstance(prompt_id, str)  # a prompt without a string id is not indexed
         if self._prompt_kept:
-            self.cols["prompt_id"].append(self._id(prompt_id))
-            self.cols["prompt_offsets"].append(offset)
-            self.cols["prompt_lengths"].append(length)
+            self._push("prompt_id", self._name(prompt_id))
+            self._push("prompt_offsets", offset)
+            self._push("prompt_lengths", length)
 
     def last_line_has_no_comma(self, section: str = "outcomes") -> None:
         """The section's last line ends without the comma the others have."""
-        lengths = self.cols["lengths" if section == "outcomes" else "prompt_lengths"]
-        if len(lengths) and (section == "outcomes" or getattr(self, "_prompt_kept", False)):
-            lengths[-1] -= 1
+        name = "lengths" if section == "outcomes" else "prompt_lengths"
+        if section == "prompts" and not self._prompt_kept:
+            return
+        col = self.cols[name]
+        if len(col):
+            col[-1] -= 1
+        elif self.counts[name]:  # the last entry is already on disk
+            fh, size = self._files[name], array("q").itemsize
+            fh.seek(-size, 2)
+            last = array("q", fh.read(size))
+            fh.seek(-size, 2)
+            fh.write(array("q", [last[0] - 1]).tobytes())
+            fh.seek(0, 2)
+
+    def _column(self, name: str, shift: int = 0, chunk: int = 1 << 16) -> Iterator[array]:
+        self._spill(name)
+        fh = self._files[name]
+        fh.flush()
+        fh.seek(0)
+        code = dict(COLUMNS + PROMPT_COLUMNS)[name]
+        size = array(code).itemsize
+        while True:
+            data = fh.read(chunk * size)
+            if not data:
+                return
+            col = array(code, data)
+            yield array(code, (x + shift for x in col)) if shift else col
+
+    def _latency_histogram(self) -> dict[str, Any]:
+        lo, hi, n = math.inf, -math.inf, 0
+        for col in self._column("latency"):
+            for x in col:
+                if not math.isnan(x):
+                    lo, hi, n = min(lo, x), max(hi, x), n + 1
+        if not n:
+            return histogram([])
+        if hi <= lo:
+            return {"edges": [lo, lo + 1.0], "counts": [n], "n": n}
+        width = (hi - lo) / HIST_BINS
+        counts = [0] * HIST_BINS
+        for col in self._column("latency"):
+            for x in col:
+                if not math.isnan(x):
+                    counts[min(HIST_BINS - 1, int((x - lo) / width))] += 1
+        return {"edges": [lo + i * width for i in range(HIST_BINS + 1)], "counts": counts, "n": n}
 
     def chunks(self, outcomes_at: int, prompts_at: int, report: dict[str, Any]) -> Iterator[bytes]:
         """The index file: ``outcomes_at``/``prompts_at``, where the sections start in the report file;
-        ``report``: its identity (size, mtime_ns, inode, digest) so a reader can tell it is the same file."""
-        c = self.cols
-        for name, shift in (("offsets", outcomes_at), ("prompt_offsets", prompts_at)):
-            c[name] = array("q", (x + shift for x in c[name]))
-        figures = {"modes": self.modes, "statuses": self.statuses,
-                   "latency": histogram([x for x in c["latency"] if not math.isnan(x)])}
-        names = "\n".join(n.replace("\n", "\\n") for n in self.names).encode("utf-8", "surrogatepass")
-        header = {"outcomes": len(c["offsets"]), "prompts": len(c["prompt_id"]), "names": len(self.names),
-                  "names_bytes": len(names), "small": sorted(self.small), "figures": figures, "report": report,
-                  "byteorder": sys.byteorder}
-        yield MAGIC + json.dumps(header).encode() + b"\n"
-        yield names
-        for name, _ in COLUMNS + PROMPT_COLUMNS:
-            yield c[name].tobytes()
+        ``report``: its identity (size, mtime_ns, inode, digest) so a reader can tell it is the same file.
+        Names: the adapter and failure-mode names first, then the case and prompt names."""
+        try:
+            small = "\n".join(n.replace("\n", "\\n") for n in self.small).encode("utf-8", "surrogatepass")
+            self._names.flush()
+            names_bytes = len(small) + (self._names.tell() if self.n_names else 0)  # "\n" + names - the last "\n"
+            figures = {"modes": self.modes, "statuses": self.statuses, "latency": self._latency_histogram()}
+            for name in self.cols:
+                self._spill(name)
+            header = {"outcomes": self.counts["offsets"], "prompts": self.counts["prompt_id"],
+                      "names": len(self.small) + self.n_names, "names_bytes": names_bytes,
+                      "small": list(range(len(self.small))), "figures": figures, "report": report,
+                      "byteorder": sys.byteorder}
+            yield MAGIC + json.dumps(header).encode() + b"\n"
+            yield small
+            if self.n_names:
+                self._names.seek(0)
+                rest = self._names.read(1 << 20)
+                yield b"\n"
+                while rest:
+                    more = self._names.read(1 << 20)
+                    yield rest if more else rest[:-1]  # the last name has no newline after it
+                    rest = more
+            shift = {"offsets": outcomes_at, "prompt_offsets": prompts_at, "case": len(self.small),
+                     "prompt_id": len(self.small)}
+            for name, _ in COLUMNS + PROMPT_COLUMNS:
+                for col in self._column(name, shift.get(name, 0)):
+                    yield col.tobytes()
+        finally:
+            for fh in self._files.values():
+                fh.close()
+            self._names.close()
+            self._dir.cleanup()
 
 
 def read_index(data: bytes) -> dict[str, Any]:
