@@ -234,7 +234,7 @@ def load_index(path: Path, key: tuple[int, int, int]) -> Index | None:
                   **{name: cols[name] for name in ("offsets", "lengths", "adapter", "case", "trial", "status",
                                                    "mode", "latency")})
     index.names = names  # cut as the pages cut them when the index was written
-    index._ids = {names[i]: i for i in header.get("small") or [] if 0 <= i < len(names)}
+    index._ids = {names[i]: i for i in range(len(header["small"]))}  # adapters and failure modes
     index.prompts = _LazyPrompts(names, cols)
     figures = header.get("figures") or {}
     index._figures = {"modes": safe.mapping(figures.get("modes")), "statuses": safe.mapping(figures.get("statuses")),

@@ -237,9 +237,49 @@ class IndexWriter:
             self._dir.cleanup()
 
 
+class Names:
+    """An index's names: the adapter and failure-mode names split at once, the case and prompt names
+    (a million of them) only when a page first asks for one; an id past the end reads as ""."""
+
+    def __init__(self, blob: bytes, n: int, n_small: int) -> None:
+        self.n, self.small, at = n, [], 0
+        for _ in range(min(n_small, n)):
+            nl = blob.find(b"\n", at)
+            nl = len(blob) if nl < 0 else nl
+            self.small.append(blob[at:nl].decode("utf-8", "surrogatepass"))
+            at = nl + 1
+        self._blob: bytes | None = blob[at:]
+        self._rest: list[str] = []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> str:
+        if 0 <= i < len(self.small):
+            return self.small[i]
+        if self._blob is not None:
+            self._rest = self._blob.decode("utf-8", "surrogatepass").split("\n") if self._blob else []
+            self._blob = None
+        j = i - len(self.small)
+        return self._rest[j] if 0 <= j < len(self._rest) else ""
+
+
+def _only_below(col: array, limit: int) -> bool:
+    """Every value of an unsigned column is below ``limit`` (<= 256), checked in C: the low byte of
+    each value is one of 0 .. limit - 1 and the other bytes are zero."""
+    data, size = col.tobytes(), col.itemsize
+    low = 0 if sys.byteorder == "little" else size - 1
+    for k in range(size):
+        part = data[k::size]
+        if part.translate(None, bytes(range(limit))) if k == low else part.strip(b"\0"):
+            return False
+    return True
+
+
 def read_index(data: bytes) -> dict[str, Any]:
     """An index file's header, names and columns; ValueError when it is not one (a reader then
-    indexes the report itself)."""
+    indexes the report itself). Checked so that a page cannot be sent astray by it: adapter, status
+    and failure-mode values name something, a case or prompt id past the names reads as ""."""
     if not data.startswith(MAGIC):
         raise ValueError("not an index file")
     at = len(MAGIC)
@@ -248,11 +288,12 @@ def read_index(data: bytes) -> dict[str, Any]:
     if not isinstance(header, dict) or header.get("byteorder") != sys.byteorder:
         raise ValueError("not an index of this machine's byte order")
     n, p, n_names = int(header["outcomes"]), int(header["prompts"]), int(header["names"])
+    n_small = len(header.get("small") or [])
+    if not 0 < n_small <= 256:
+        raise ValueError("the index has too many adapter and failure-mode names")
     at = nl + 1
     end = at + int(header["names_bytes"])
-    names = data[at:end].decode("utf-8", "surrogatepass").split("\n")  # a name's own newline is written \\n
-    if len(names) != n_names:
-        raise ValueError("the index's names do not add up")
+    names = Names(data[at:end], n_names, n_small)  # a name's own newline is written \\n
     at = end
     cols: dict[str, array] = {}
     for name, code in COLUMNS + PROMPT_COLUMNS:
@@ -263,9 +304,7 @@ def read_index(data: bytes) -> dict[str, Any]:
             raise ValueError("the index file is cut short")
         cols[name] = col
         at += size
-    for name in ("adapter", "case", "mode", "prompt_id"):
-        if len(cols[name]) and max(cols[name]) >= len(names):
-            raise ValueError("the index names an unknown name")
-    if len(cols["status"]) and max(cols["status"]) >= len(STATUSES):
-        raise ValueError("the index has an unknown status")
+    if not (_only_below(cols["adapter"], n_small) and _only_below(cols["mode"], n_small)
+            and _only_below(cols["status"], len(STATUSES))):
+        raise ValueError("the index names an unknown adapter, failure mode or status")
     return {"header": header, "names": names, "cols": cols}
