@@ -203,6 +203,15 @@ class S3Archive(Archive):
         self.client.delete_object(Bucket=self.bucket, Key=self._key(name))
 
 
+def archive_errors() -> tuple[type[BaseException], ...]:
+    """What a failing archive raises: the file system's errors, and botocore's when it is installed."""
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError:
+        return (OSError,)
+    return (OSError, BotoCoreError, ClientError)
+
+
 _OPEN: dict[str, Archive] = {}
 _LOCK = threading.Lock()
 

@@ -288,6 +288,20 @@ def _segment_deltas(lines: list[str]) -> dict[str, int]:
 def execute_segment(store, run_id: str, seg: int, max_in_flight: int, enqueue_aggregate: Callable[[str], None],
                     time_limit_s: float | None = None, store_url: str | None = None,
                     blob_dir: str | None = None) -> int:
+    """See ``_execute_segment``; the archive unreachable (a volume gone, S3 down) is an infrastructure
+    error: the batch keeps its message and runs again, it is never an item's outcome."""
+    from ..archive import archive_errors
+
+    try:
+        return _execute_segment(store, run_id, seg, max_in_flight, enqueue_aggregate, time_limit_s, store_url,
+                                blob_dir)
+    except archive_errors() as exc:
+        raise InfrastructureError(f"the run archive is not reachable: {type(exc).__name__}: {exc}") from exc
+
+
+def _execute_segment(store, run_id: str, seg: int, max_in_flight: int, enqueue_aggregate: Callable[[str], None],
+                     time_limit_s: float | None = None, store_url: str | None = None,
+                     blob_dir: str | None = None) -> int:
     """An archived run's batch (``executors/archive.py``): its items come from the archive's plan segment,
     both stages run here (call, then judge), and the segment's outcomes go to the archive in one file
     before its bit is set in Redis. Items an earlier attempt archived are not called again (a retried or
