@@ -85,8 +85,8 @@ class Sampler(threading.Thread):
 def spec(tmp: Path, n: int) -> Path:
     with open(tmp / "scale.jsonl", "w") as fh:
         for i in range(n):
-            fh.write(json.dumps({"id": f"p{i:07d}", "text": f"prompt number {i}",
-                                 "expected_output_contains": [str(i)]}) + "\n")
+            fh.write(json.dumps({"id": f"p{i:07d}", "text": f"prompt number {i}",  # every 7th fails
+                                 "expected_output_contains": [str(i) if i % 7 else "never"]}) + "\n")
     (tmp / "scale.yaml").write_text("name: scale\ndataset: scale.jsonl\nadapters: [mock]\n")
     return tmp / "scale.yaml"
 
@@ -106,8 +106,11 @@ def dashboard(state: Path, run_id: str, env: dict[str, str]) -> dict[str, float]
     try:
         proc.stdout.readline()
         base = f"http://127.0.0.1:{port}"
-        for label, path in (("run_page", f"/runs/{run_id}"), ("failed_cases_page_2", f"/runs/{run_id}?filter=failed&page=2"),
-                            ("cases_api_page_5000", f"/api/runs/{run_id}/cases?page=5000")):
+        pages = (("run_page", f"/runs/{run_id}"), ("failed_cases_page_2", f"/runs/{run_id}?filter=failed&page=2"),
+                 ("failed_cases_page_1000", f"/runs/{run_id}?filter=failed&page=1000"),
+                 ("adapter_cases_page_2", f"/runs/{run_id}?adapter=mock&page=2"),
+                 ("cases_api_page_5000", f"/api/runs/{run_id}/cases?page=5000"))
+        for label, path in pages:
             t = time.perf_counter()
             out[f"{label}_cold_ms"] = round(timed(base + path), 1)
             out[f"{label}_cold_wall_ms"] = round((time.perf_counter() - t) * 1000, 1)

@@ -119,6 +119,8 @@ def test_flushall_mid_run_then_resume_reruns_only_what_was_not_archived(tmp_path
     archived = settled(lambda: archived_lines(archive, run_id), "the archive to stop growing")
     asked_before = settled(lambda: p.stats()["requests"], "the provider to stop being asked")
     assert 0.6 * N <= archived < N
+    gone = run_cli("wait", run_id, "--no-save", "--timeout", "30", broker=redis_server.url, **env)
+    assert gone.returncode == 4 and f"'evalfarm resume {run_id}' runs only what was not archived" in gone.stderr
     res = run_cli("resume", run_id, "--json", "--no-save", "--timeout", "120", broker=redis_server.url, **env)
     assert res.returncode == 0, res.stderr
     assert "restored from the archive" in res.stderr
@@ -182,6 +184,9 @@ def test_archived_run_keeps_redis_flat_and_streams_the_report(tmp_path, redis_se
     assert failed["total"] == 286 and [c["prompt_id"] for c in failed["cases"]] == [
         f"p{i:05d}" for i in range(0, 2000, 7)][40:60]
     assert runs.cases(run_id, page=100, per_page=20)["cases"][-1]["prompt_id"] == "p01999"
+    by_adapter = runs.cases(run_id, adapter="m", page=2, per_page=20)
+    assert by_adapter["total"] == 2000 and by_adapter["cases"][0]["prompt_id"] == "p00020"
+    assert runs.cases(run_id, adapter="nobody")["total"] == 0
     assert runs.case(run_id, 1999)["input"] is not None
     (saved_path.parent / f"{run_id}.index").write_bytes(b"evalfarm-report-index 1\n{not json")
     assert reports.load_index(saved_path, key) is None  # a broken index: the file is read instead
@@ -235,3 +240,22 @@ def test_report_index_spills_to_disk_and_reads_back_the_same(monkeypatch):
     assert got["header"]["figures"]["statuses"] == {"failed": 34, "passed": 66}
     assert got["header"]["figures"]["latency"]["n"] == 100
     assert [names[p] for p in cols["prompt_id"]][:2] == ["case\\n0", "case\\n1"]
+
+
+def test_a_big_streamed_dataset_still_names_a_duplicate_id_and_where_it_was_first(tmp_path):
+    """A JSONL dataset over the held size keeps a hash per id while it is validated (a million prompts:
+    64 MB, not 143): a duplicate is still one line naming both places."""
+    rows = [json.dumps({"id": f"case-{i:06d}", "text": "x" * 60}) for i in range(70_000)]
+    rows[50_000] = json.dumps({"id": "case-000010", "text": "again"})
+    (tmp_path / "d.jsonl").write_text("\n".join(rows) + "\n")
+    assert (tmp_path / "d.jsonl").stat().st_size > 4 << 20
+    (tmp_path / "s.yaml").write_text("name: big\ndataset: d.jsonl\nadapters: [mock]\n")
+    res = run_cli("run", str(tmp_path / "s.yaml"), "--no-save")
+    assert res.returncode == 2
+    assert "d.jsonl:50001: id: duplicate prompt id 'case-000010' (first defined at" in res.stderr
+    assert "d.jsonl:11)" in res.stderr
+    rows[50_000] = json.dumps({"id": "case-050000", "text": "x"})
+    (tmp_path / "d.jsonl").write_text("\n".join(rows) + "\n")
+    from evalfarm import open_spec
+
+    assert open_spec(tmp_path / "s.yaml").source.count == 70_000

@@ -104,6 +104,7 @@ class Index:
     spans: dict[int, dict[str, tuple[int, int]]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     blob: bytes | None = None
+    narrow: bool = False  # adapter and failure-mode ids are all below 256 (a saved index, checked on load)
     _ids: dict[str, int] = field(default_factory=dict)
     _figures: dict[str, Any] | None = None
 
@@ -235,6 +236,7 @@ def load_index(path: Path, key: tuple[int, int, int]) -> Index | None:
                                                    "mode", "latency")})
     index.names = names  # cut as the pages cut them when the index was written
     index._ids = {names[i]: i for i in range(len(header["small"]))}  # adapters and failure modes
+    index.narrow = True
     index.prompts = _LazyPrompts(names, cols)
     figures = header.get("figures") or {}
     index._figures = {"modes": safe.mapping(figures.get("modes")), "statuses": safe.mapping(figures.get("statuses")),

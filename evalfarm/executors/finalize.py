@@ -54,11 +54,14 @@ def finalize(store: RunStore, run_id: str, stopped: str | None = None) -> bool:
         log.warning("aggregate_incomplete", run_id=run_id, done=done, total=meta["total"])
         return False
     builder = ReportBuilder(spec_of(meta), meta["trials"])
+    store.mark_aggregating(run_id)  # renewed below: a big run's aggregate takes longer than wait's patience
     store.clear_report(run_id)
     if meta.get("archive"):
         return _finalize_archived(store, run_id, meta, builder, stopped)
     first = True
-    for keys in batched(store.iter_item_keys(run_id), 1000):
+    for n, keys in enumerate(batched(store.iter_item_keys(run_id), 1000)):
+        if n % 20 == 19:
+            store.mark_aggregating(run_id)
         lines = [line for line in (builder.add(raw) for raw in store.get_results(run_id, keys) if raw is not None)
                  if line is not None]
         if lines:
@@ -105,6 +108,8 @@ def _finalize_archived(store, run_id: str, meta: dict, builder: ReportBuilder, s
 
     def outcomes():
         for seg in range(segments):
+            if seg % 100 == 99:
+                store.mark_aggregating(run_id)
             have = run.out(seg)
             lines, parsed = [], []
             for item in run.plan(seg):

@@ -315,15 +315,17 @@ class CeleryBackend:
         return FarmError(f"run {run_id} is {state} (another coordinator changed it); "
                          f"'evalfarm status {run_id}' shows where it stands")
 
-    def vanished(self, run_id: str) -> RunVanished:
-        if self.settings.archive:
-            from ..archive import RunArchive
+    def _on_archive(self, run_id: str) -> bool:
+        """The run's plan is on this farm's archive (EVALFARM_ARCHIVE)."""
+        from ..archive import RunArchive
 
-            if RunArchive.of(self.settings.archive, run_id).meta() is not None:
-                return RunVanished(f"run {run_id} vanished from the run store at "
-                                   f"{redact(self.settings.run_store_url)} (Redis lost its data); its plan and "
-                                   f"every finished batch are on the archive: 'evalfarm resume {run_id}' runs "
-                                   "only what was not archived")
+        return bool(self.settings.archive) and RunArchive.of(self.settings.archive or "", run_id).meta() is not None
+
+    def vanished(self, run_id: str) -> RunVanished:
+        if self._on_archive(run_id):
+            return RunVanished(f"run {run_id} vanished from the run store at {redact(self.settings.run_store_url)} "
+                               f"(Redis lost its data); its plan and every finished batch are on the archive: "
+                               f"'evalfarm resume {run_id}' runs only what was not archived")
         return RunVanished(f"run {run_id} vanished from the run store at {redact(self.settings.run_store_url)}: "
                            "Redis lost its data (restarted without appendonly, flushed or evicted), and with it "
                            "the plan and every result so far; run the spec again (Redis with appendonly yes "
@@ -333,6 +335,8 @@ class CeleryBackend:
     def meta(self, run_id: str) -> dict[str, Any]:
         meta = self.store.get_meta(run_id)
         if meta is None:
+            if self._on_archive(run_id):  # Redis lost it, the archive has it: say how to go on
+                raise self.vanished(run_id)
             raise FarmError(f"run {run_id!r} not found in the run store; 'evalfarm status' lists the runs it has")
         return meta
 
@@ -394,7 +398,7 @@ class CeleryBackend:
                 diagnosis = self._diagnose(run_id, p, time.monotonic() - moved_at, diagnosis)
             if p.done >= p.total:
                 complete_since = complete_since or time.monotonic()
-                if time.monotonic() - complete_since > stall_s:
+                if time.monotonic() - complete_since > stall_s and not self.store.aggregating(run_id):
                     self.kick_aggregate(run_id)
                     complete_since = time.monotonic()
             if timeout_s is not None and time.monotonic() - started > timeout_s:
@@ -584,7 +588,7 @@ class CeleryBackend:
             self.store.release_lock(run_id, LOCK, token)
             raise
         self._dispatch_segments(guard, missing)
-        if not missing and done >= meta["total"]:
+        if not missing and done >= meta["total"] and not self.store.aggregating(run_id):
             self.kick_aggregate(run_id)
         return {"dispatched": sum(seg_size(meta, s) for s in missing), "judge": 0, "already_done": done,
                 "in_broker": sum(seg_size(meta, s) for s in carried)}

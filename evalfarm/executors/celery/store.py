@@ -33,7 +33,7 @@ DATA_PARTS = ("items", "order", "prompts", "results", "rmeta", "counts", "spend"
 # every key of a run (claims and blobs by name): expire_run touches these and nothing else
 PARTS = ("meta", "state", "items", "order", "prompts", "results", "rmeta", "counts", "spend", "pending", "report:head",
          "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary", "blob:markdown", "lock:resume",
-         "segs", "report:archive")
+         "segs", "report:archive", "aggregating")
 
 
 def _k(run_id: str, part: str) -> str:
@@ -332,6 +332,12 @@ class RedisStore(RunStore):
 
         url = self.r.get(_k(run_id, "report:archive"))
         return RunArchive.of(url.decode(), run_id) if url else None
+
+    def mark_aggregating(self, run_id: str, ttl_s: int = 30) -> None:
+        self.r.set(_k(run_id, "aggregating"), "1", ex=ttl_s)
+
+    def aggregating(self, run_id: str) -> bool:
+        return bool(self.r.exists(_k(run_id, "aggregating")))
 
     def report_index(self, run_id: str) -> Iterator[bytes] | None:
         """The case index the aggregate wrote beside an archived run's report (None without one)."""
