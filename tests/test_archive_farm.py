@@ -259,3 +259,25 @@ def test_a_big_streamed_dataset_still_names_a_duplicate_id_and_where_it_was_firs
     from evalfarm import open_spec
 
     assert open_spec(tmp_path / "s.yaml").source.count == 70_000
+
+
+def test_archived_run_with_a_judge_equals_the_in_process_run(tmp_path, redis_server, start_worker, provider):
+    """An archived batch runs both stages in one task (call, then judge): the report is the in-process
+    run's, judge scores and spend included."""
+    p = provider()
+    lines = ["name: judged", "adapters:", f"  - {{id: m, model: m1, base_url: '{p.url}'}}",
+             f"judge: {{model: j1, base_url: '{p.url}', price: {{input: 1000, output: 1000}}}}", "prompts:"]
+    lines += [f"  - {{id: q{i}, text: 'question {i}', criteria: [{{id: ok, description: fine}}]}}" for i in range(60)]
+    (tmp_path / "s.yaml").write_text("\n".join(lines) + "\n")
+    env = {"EVALFARM_ARCHIVE": str(tmp_path / "archive")}
+    start_worker(redis_server.url, concurrency=2, **env)
+    farm = run_cli("run", str(tmp_path / "s.yaml"), "--json", "--no-save", "--batch-size", "25",
+                   broker=redis_server.url, **env)
+    assert farm.returncode in (0, 1), farm.stderr
+    report = json.loads(farm.stdout)
+    assert all(o["judge_score"] is not None for o in report["outcomes"])
+    assert (tmp_path / "archive" / report["run_id"] / "out").is_dir()
+    local = run_cli("run", str(tmp_path / "s.yaml"), "--json", "--no-save")
+    ref = stable_view(json.loads(local.stdout))
+    view = stable_view(report)
+    assert view["per_adapter"] == ref["per_adapter"] and view["outcomes"] == ref["outcomes"]

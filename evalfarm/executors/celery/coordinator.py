@@ -12,6 +12,8 @@ import json
 import os
 import sys
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from itertools import chain, islice
 from typing import Any, Iterable, Iterator
 
@@ -184,11 +186,20 @@ class CeleryBackend:
         guard = _Guard(self, run_id, token)
         segments = 0
         try:
-            for chunk in batched(plan.items(), batch_size):
-                rows, prompts = store_rows(chunk)
-                run.put_plan(segments, [body for _, body in rows], prompts)
-                segments += 1
-                guard.check()
+            # the segments go up 8 at a time (an S3 PUT is tens of ms), at most 32 waiting in memory
+            with ThreadPoolExecutor(8, thread_name_prefix="evalfarm-plan") as pool:
+                writing: deque = deque()
+                for chunk in batched(plan.items(), batch_size):
+                    rows, prompts = store_rows(chunk)
+                    writing.append(pool.submit(run.put_plan, segments, [body for _, body in rows], prompts))
+                    segments += 1
+                    if len(writing) >= 32:
+                        writing.popleft().result()
+                    if segments % 50 == 0:
+                        self.store.touch_plan(run_id)  # a long plan's meta must not expire while it is written
+                    guard.check()
+                for f in writing:
+                    f.result()
             self.store.persist_plan(run_id)
             ok, state = self.store.transition(run_id, "dispatching", ("planning",), planned=True,
                                               spec_hash=plan.spec_hash, segments=segments)
@@ -504,7 +515,7 @@ class CeleryBackend:
         "238/2000 done ... 2000 queued or in flight"). A separate spawn broker's keys count as queued
         (its messages are not told apart)."""
         meta = self._meta.get(run_id) or self.meta(run_id)
-        if meta.get("archive"):
+        if meta.get("archive") and "segments" in meta:
             q, hands = broker_segments(self.store.r, run_id)
             bits = self.store.segment_bits(run_id)
             return (sum(seg_size(meta, s) for s in q - hands if not bit(bits, s)),
@@ -547,6 +558,8 @@ class CeleryBackend:
 
     def _missing_segments(self, run_id: str, meta: dict[str, Any]) -> tuple[list[int], set[int]]:
         """(an archived run's segments neither finished nor carried by a message, the carried ones)."""
+        if "segments" not in meta:  # a meta read while the run was planning
+            meta = self._meta[run_id] = self.meta(run_id)
         q, hands = broker_segments(self.store.r, run_id)
         carried = q | hands
         bits = self.store.segment_bits(run_id)

@@ -191,6 +191,13 @@ class RedisStore(RunStore):
                 pipe.expire(_k(run_id, part), PLANNING_TTL_S)
             pipe.execute()
 
+    def touch_plan(self, run_id: str) -> None:
+        """A plan still being written (to the archive): its meta and state expire later."""
+        pipe = self.r.pipeline(transaction=False)
+        for part in ("meta", "state"):
+            pipe.expire(_k(run_id, part), PLANNING_TTL_S)
+        pipe.execute()
+
     def persist_plan(self, run_id: str) -> None:
         pipe = self.r.pipeline(transaction=False)
         for part in PLAN_PARTS:
