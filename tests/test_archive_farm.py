@@ -281,3 +281,30 @@ def test_archived_run_with_a_judge_equals_the_in_process_run(tmp_path, redis_ser
     ref = stable_view(json.loads(local.stdout))
     view = stable_view(report)
     assert view["per_adapter"] == ref["per_adapter"] and view["outcomes"] == ref["outcomes"]
+
+
+def test_registry_records_case_verdicts_streamed_and_falls_back_when_trials_are_apart(tmp_path):
+    """A saved report's case verdicts are recorded a case at a time (plan order keeps a case's trials
+    together); a report whose trials are apart (written by another tool) gets the same verdicts, read
+    whole, and no case is recorded twice."""
+    import sqlite3
+
+    from evalfarm.core.report.framing import report_bytes
+    from evalfarm.runs.registry import Registry
+
+    def outcome(case: str, trial: int, passed: bool) -> dict:
+        return {"adapter": "m", "prompt_id": case, "trial": trial, "passed": passed, "golden_passed": passed,
+                "error": None, "key": f"{case}-{trial}"}
+
+    together = [outcome("a", 0, True), outcome("a", 1, False), outcome("b", 0, True), outcome("b", 1, True)]
+    apart = [together[0], together[2], together[1], together[3]]
+    for name, outcomes in (("together", together), ("apart", apart)):
+        head = {"run_id": f"20261202T000000000000Z-{name[:6].ljust(6, '0')}", "spec_name": "s", "per_adapter": {},
+                "adapters": ["m"]}
+        path = tmp_path / f"{name}.json"
+        path.write_bytes(report_bytes({**head, "outcomes": outcomes}))
+        Registry(tmp_path).record(head, path)
+        rows = sqlite3.connect(tmp_path / "registry.db").execute(
+            "SELECT case_id, verdict, trials FROM case_verdicts WHERE run_id = ? ORDER BY case_id",
+            (head["run_id"],)).fetchall()
+        assert rows == [("a", "fail", 2), ("b", "pass", 2)], name

@@ -97,15 +97,10 @@ def case_rows(outcomes: Iterable[dict[str, Any]]) -> list[tuple[str, str, str, i
     return [(a, c, word(case_verdict(v)), len(v)) for (a, c), v in trials.items()]
 
 
-class NotGrouped(ValueError):
-    """A case's outcomes are not next to each other (``iter_case_rows`` needs plan order)."""
-
-
 def iter_case_rows(outcomes: Iterable[dict[str, Any]]) -> Iterator[tuple[str, str, str, int]]:
     """``case_rows`` for outcomes in plan order (prompt, adapter, trial: a case's trials are consecutive),
-    a case at a time, so a million-item report is never held; a case seen again later raises
-    ``NotGrouped`` (then ``case_rows`` reads them all). Only a hash per case is kept to tell."""
-    seen: set[int] = set()
+    a case at a time, holding nothing: a case whose trials are not consecutive comes out once per run
+    of them (the caller checks, ``runs.registry``)."""
     current: tuple[str, str] | None = None
     verdicts: list[bool | None] = []
     for o in outcomes:
@@ -113,10 +108,6 @@ def iter_case_rows(outcomes: Iterable[dict[str, Any]]) -> Iterator[tuple[str, st
         if key != current:
             if current is not None:
                 yield (*current, word(case_verdict(verdicts)), len(verdicts))
-            h = hash(key)
-            if h in seen:
-                raise NotGrouped(f"case {key} is not contiguous")
-            seen.add(h)
             current, verdicts = key, []
         verdicts.append(item_passed(o))
     if current is not None:

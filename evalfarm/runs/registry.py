@@ -126,7 +126,8 @@ class Registry:
         with closing(self._connect()) as conn, conn:
             try:  # a saved report in plan order: its cases streamed, a case at a time (a 1,000,000-item run)
                 row["verdicts"] = _put_verdicts(conn, row["run_id"], self._case_rows(report, Path(artifact), True))
-            except ValueError:  # not in plan order, or not in evalfarm's layout: read whole
+            except (ValueError, sqlite3.IntegrityError):  # not in evalfarm's layout, or a case's trials apart
+                # (the table keeps a case once: SQLite tells, Python holds nothing): read whole
                 row["verdicts"] = _put_verdicts(conn, row["run_id"], self._case_rows(report, Path(artifact)))
             cols = list(row)
             values = [json.dumps(row[c]) if c in _JSON_COLS and row[c] is not None else row[c] for c in cols]
