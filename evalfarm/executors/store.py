@@ -174,6 +174,12 @@ class RunStore(ABC):
     def expire_run(self, run_id: str, ttl_s: int) -> None:
         """A finished run's keys expire (its report is on the user's disk by then)."""
 
+    def mark_aggregating(self, run_id: str, ttl_s: int = 30) -> None:
+        """The aggregate is at work on the run (renewed as it goes): nobody sends another meanwhile."""
+
+    def aggregating(self, run_id: str) -> bool:
+        return False
+
     def get_report(self, run_id: str) -> bytes | None:
         return b"".join(self.iter_report(run_id)) if self.report_size(run_id) else None
 

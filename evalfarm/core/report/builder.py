@@ -32,7 +32,7 @@ class ReportBuilder:
     def add(self, raw: str) -> str | None:
         """Aggregate one stored outcome; returns its line in the report file (None for a skipped item,
         which the report counts as left, not as an outcome)."""
-        o = json.loads(raw)
+        o = self.last = json.loads(raw)  # the parsed outcome, for a caller that indexes the line
         cost = (o.get("cost_usd") or 0.0) + (o.get("judge_cost_usd") or 0.0)
         self.spend += cost
         if o.get("skipped"):

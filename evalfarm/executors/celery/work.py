@@ -315,3 +315,89 @@ def execute_judge(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     _record(store, ctx, run_id, judged, enqueue_aggregate)
     _raise_for(failed, len(pairs))
     return len(judged)
+
+
+def _segment_deltas(lines: list[str]) -> dict[str, int]:
+    """A whole segment's counts (done, errors, spend; in total and per adapter), added once to the run's."""
+    from ..store import cost_meta
+
+    deltas: dict[str, int] = {}
+    for line in lines:
+        o = json.loads(line)
+        err, cost = cost_meta(o)
+        a = o.get("adapter")
+        for field, n in (("done", 1), ("errors", err), ("cost_nusd", cost)):
+            if n:
+                deltas[field] = deltas.get(field, 0) + n
+                deltas[f"{field}:{a}"] = deltas.get(f"{field}:{a}", 0) + n
+    return deltas
+
+
+def execute_segment(store, run_id: str, seg: int, max_in_flight: int, enqueue_aggregate: Callable[[str], None],
+                    time_limit_s: float | None = None, store_url: str | None = None,
+                    blob_dir: str | None = None) -> int:
+    """See ``_execute_segment``; the archive unreachable (a volume gone, S3 down) is an infrastructure
+    error: the batch keeps its message and runs again, it is never an item's outcome."""
+    from ..archive import archive_errors
+
+    try:
+        return _execute_segment(store, run_id, seg, max_in_flight, enqueue_aggregate, time_limit_s, store_url,
+                                blob_dir)
+    except archive_errors() as exc:
+        raise InfrastructureError(f"the run archive is not reachable: {type(exc).__name__}: {exc}") from exc
+
+
+def _execute_segment(store, run_id: str, seg: int, max_in_flight: int, enqueue_aggregate: Callable[[str], None],
+                     time_limit_s: float | None = None, store_url: str | None = None,
+                     blob_dir: str | None = None) -> int:
+    """An archived run's batch (``executors/archive.py``): its items come from the archive's plan segment,
+    both stages run here (call, then judge), and the segment's outcomes go to the archive in one file
+    before its bit is set in Redis. Items an earlier attempt archived are not called again (a retried or
+    redelivered batch, a resume after Redis lost its data). Returns how many items were called."""
+    from ..archive import RunArchive
+
+    ctx = context_for(store, run_id, store_url, blob_dir)
+    if ctx is None:
+        log.warning("batch_for_unknown_run", run_id=run_id)
+        return 0
+    if _cancelled(store, run_id):
+        return 0
+    run = RunArchive.of(ctx.meta["archive"], run_id)
+    if store.segment_done(run_id, seg):
+        _claim_if_complete(store, ctx, run_id, store.counters(run_id).get("done", 0), enqueue_aggregate)
+        return 0
+    plan = [json.loads(line) for line in run.plan(seg)]
+    keys = [data["key"] for data in plan]
+    have = run.out(seg)
+    items = [Item.from_dict(data) for data in plan if data["key"] not in have]
+    del plan
+    engine = ctx.engine
+    deadline = _deadline(time_limit_s)
+    start = time.perf_counter()
+
+    async def both(item: Item) -> Outcome:
+        return await engine.judge(item, await engine.call(item, start))
+
+    outcomes, failed = _split(WORKER_LOOP.run(lambda: bounded(ctx.in_flight(max_in_flight), [
+        lambda i=i: _kept(within(deadline, ctx.held(both(i)), i, "adapter")) for i in items])) if items else [])
+    have.update((o.key, json.dumps(o.to_dict())) for o in outcomes)
+    if outcomes:  # in plan order: the report is the segments concatenated
+        run.put_out(seg, [have[k] for k in keys if k in have])
+    _raise_for(failed, len(items))  # the archived part stays; the batch runs again for the rest
+    lines = [have[k] for k in keys]
+    finished = store.mark_segment(run_id, seg, len(outcomes), _segment_deltas(lines))
+    if finished < 0:
+        log.warning("run_vanished", run_id=run_id, archived=len(outcomes))  # archived: a resume finds them
+        return len(outcomes)
+    _claim_if_complete(store, ctx, run_id, finished, enqueue_aggregate)
+    return len(outcomes)
+
+
+def _claim_if_complete(store, ctx: RunContext, run_id: str, finished: int,
+                       enqueue_aggregate: Callable[[str], None]) -> None:
+    if finished >= ctx.meta["total"] and store.claim(run_id, "aggregate"):
+        try:
+            enqueue_aggregate(run_id)
+        except BaseException:
+            store.release(run_id, "aggregate")
+            raise
