@@ -5,7 +5,7 @@ from __future__ import annotations
 import redis
 
 from evalfarm.executors.celery.app import AGGREGATE, BATCH_POLL, BATCH_SUBMIT, RUN_BATCH, create_app
-from evalfarm.executors.celery.broker_scan import broker_keys, scan
+from evalfarm.executors.celery.broker_scan import broker_keys, broker_segments, scan
 from evalfarm.executors.celery.settings import FarmSettings
 
 
@@ -21,3 +21,4 @@ def test_batch_polls_are_not_aggregates(redis_server):
     queued, unacked, aggregates, polls = scan(r, "run1")
     assert (queued, unacked, aggregates, polls) == ({"k1", "k2", "k3"}, set(), 1, 2)
     assert broker_keys(r, "run1")[2] == 1  # the one aggregate message, not 3
+    assert broker_segments(r, "run1") == (set(), set())  # a poll's attempt (0, 3) is no archived segment
