@@ -155,6 +155,8 @@ def test_as_nobody_no_redis_no_nsenter_no_nested_user_namespace_no_capabilities(
     assert not seen["unshare_user"].startswith("rc=0"), seen["unshare_user"]
     assert not seen["mount"].startswith("rc=0")
     assert "CapEff:\t0000000000000000" in seen["caps"] and "NoNewPrivs:\t1" in seen["caps"], seen["caps"]
+    print("\nas nobody:", {k: seen[k] for k in ("redis", "unshare", "unshare_user", "mount")},
+          sorted(set(seen["nsenter"].values())))
 
 
 def test_as_nobody_repo_defined_git_drivers_never_run(scratch):
@@ -225,3 +227,16 @@ def test_as_nobody_limits_say_what_enforced_them(scratch):
     enforced = info["limits"]["enforced_by"]
     print(f"\nas nobody, limits enforced by: {enforced}; used {info['used']}")
     assert enforced.startswith("cgroup") or "memory_mb and pids not enforced" in enforced, enforced
+
+
+def test_as_nobody_two_tasks_at_once_cannot_see_each_others_worktrees(scratch):
+    repo = make_repo(scratch / "repo")
+    spec = write(scratch / "s.yaml", repo, probe_adapter("peek", "1.0"),
+                 prompts=[{"id": "a", "text": "peek", "check": "true"}, {"id": "b", "text": "peek", "check": "true"}])
+    give_to_nobody(scratch)
+    res = run_as_nobody(scratch, "run", str(spec), "--json", "--no-save", EVALFARM_SPAWN_CONCURRENCY="2")
+    assert res.returncode == 0, res.stderr
+    seen = [found(o) for o in report_of(res)["outcomes"]]
+    assert seen[0]["me"] != seen[1]["me"]
+    for s in seen:
+        assert len(s["siblings"]) == 1 and len(s["worktrees"]) == 1, s
