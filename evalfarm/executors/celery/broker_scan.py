@@ -88,3 +88,15 @@ def consumed_queues(r) -> set[str] | None:
     except (ValueError, TypeError, AttributeError):
         return None
     return out
+
+
+def broker_segments(r, run_id: str) -> tuple[set[int], set[int]]:
+    """(segments of an archived run in queued batch messages, in unacknowledged ones): such a message
+    is ``[run_id, [], seg]``, the items being on the archive."""
+    queued: set[int] = set()
+    unacked: set[int] = set()
+    for in_hands, m in _messages(r):
+        args = m["args"]
+        if len(args) > 2 and args[0] == run_id and isinstance(args[2], int):
+            (unacked if in_hands else queued).add(args[2])
+    return queued, unacked
