@@ -184,7 +184,7 @@ def test_as_nobody_task_one_cannot_plant_anything_for_task_two(scratch):
     repo = make_repo(scratch / "repo")
     before = git_dir_bytes(repo)
     spec = write(scratch / "s.yaml", repo, probe_adapter("git-plant", str(marker)),
-                 prompts=[{"id": "t1", "text": "plant", "check": "true"}, {"id": "t2", "text": "plant", "check": "true"}])
+                 prompts=[{"id": t, "text": "plant", "check": "true"} for t in ("t1", "t2")])
     give_to_nobody(scratch)
     res = run_as_nobody(scratch, "run", str(spec), "--json", "--no-save", "--concurrency", "1",
                         EVALFARM_SPAWN_CONCURRENCY="1")
