@@ -114,6 +114,26 @@ class Jail:
         return a + command
 
 
+def venv_bases(install: Path) -> list[Path]:
+    """An agent installed in a Python venv (aider under ``make agents-all``) runs the venv's interpreter, a
+    link to the base Python's prefix (``home`` in ``pyvenv.cfg``); outside the system dirs (pyenv under
+    /root, say) that prefix must be bound too, or the agent's script fails with a bare ENOENT. Only the
+    operator's own install dir is read here, never a suite's path."""
+    out: list[Path] = []
+    for cfg in (install / "venv" / "pyvenv.cfg", install / "pyvenv.cfg"):
+        try:
+            lines = cfg.read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            key, _, value = line.partition("=")
+            if key.strip() == "home" and value.strip().startswith("/"):
+                prefix = Path(value.strip()).resolve().parent  # home is the base's bin/
+                if prefix.is_dir() and not under_system(prefix) and prefix != Path("/"):
+                    out.append(prefix)
+    return out
+
+
 def extra_paths() -> list[Path]:
     """``EVALFARM_SANDBOX_PATHS`` (colon-separated): what the operator lets every jail read (an agent's
     scripts, a toolchain outside /usr)."""
