@@ -82,3 +82,38 @@ def test_a_restore_from_an_older_snapshot_moves_no_counter_backwards(tmp_path, p
     assert "resume" not in res.stderr, res.stderr[-2000:]
     print(f"\nrestore: done {before[0]} before, {min(s[2] for s in samples[1:])} stored after; shown "
           f"{[s[0] for s in samples]}; executed {last[1]} = provider requests {requests}")
+
+
+def test_records_come_back_after_a_restore_without_another_write_and_a_forget_is_no_loss(tmp_path):
+    """The store alone, on a real redis-server: 3 results, SAVE, 2 more, SHUTDOWN NOSAVE, restart from
+    the snapshot: this process states its records again within a second though it records nothing
+    more (done shown 5, stored 3, executed 5); `resume --only`'s forget lowers done without a loss."""
+    from evalfarm.executors.celery.store import RedisStore
+
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        store = RedisStore(server.url)
+        store.create_run("r1", {"state": "running", "total": 6})
+        store.persist_plan("r1")
+        out = [{"key": f"k{i}", "adapter": "a", "cost_usd": 0.001, "error": None} for i in range(6)]
+        assert store.record("r1", out[:3]) == 3
+        store.r.save()
+        assert store.record("r1", out[3:5]) == 5
+        try:
+            redis.Redis.from_url(server.url).shutdown(nosave=True)  # the store's client would retry it
+        except redis.exceptions.ConnectionError:
+            pass
+        server.proc.wait(10)
+        server.start()
+        c = wait_for(lambda: (lambda c: c if c.get("done_seen") == 5 else None)(store.counters("r1")), 10,
+                     "the records stated again")
+        assert (c["done"], c["executed"]) == (3, 5), c
+        assert store.record("r1", out[3:4]) == 4  # a lost result runs again: one more execution
+        c = store.counters("r1")
+        assert (c["done"], c["done_seen"], c["executed"]) == (4, 5, 6), c
+        store.forget("r1", [("k0", "a")])  # asked to run again: not a loss
+        c = store.counters("r1")
+        assert (c["done"], c["done_seen"]) == (3, 4), c
+    finally:
+        server.stop()
