@@ -142,6 +142,28 @@ return 0
 """
 
 
+def fold_tally(c: dict[str, int], tally: dict[bytes, bytes]) -> dict[str, int]:
+    """The run's counts with its per-process records folded in: ``executed`` is the sum of the
+    records (every execution, re-runs after a restore included) and ``done_seen`` the most results
+    the store held (forgotten ones left out)."""
+    executed = level = 0
+    for field, value in tally.items():
+        what = field.rsplit(b"|", 1)[-1]
+        try:
+            n = int(value)
+        except ValueError:
+            continue  # an untrusted value: ignored
+        if what == b"x":
+            executed += n
+        elif what == b"d":
+            level = max(level, n)
+    if executed > c.get("executed", 0):
+        c["executed"] = executed
+    if tally or "done" in c:
+        c["done_seen"] = max(c.get("done", 0), level - c.get("forgotten", 0))
+    return c
+
+
 def _is_transient(exc: BaseException) -> bool:
     """Waiting does not fix a refused password (AUTH/NOAUTH) or an unverifiable certificate."""
     if isinstance(exc, (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)):
@@ -373,19 +395,7 @@ class RedisStore(RunStore):
         pipe.hgetall(_k(run_id, "counts"))
         pipe.hgetall(_k(run_id, "tally"))
         counts, tally = pipe.execute()
-        c = {k.decode(): int(v) for k, v in counts.items()}
-        executed = level = 0
-        for field, value in tally.items():
-            what = field.rsplit(b"|", 1)[-1]
-            if what == b"x":
-                executed += int(value)
-            elif what == b"d":
-                level = max(level, int(value))
-        if executed > c.get("executed", 0):
-            c["executed"] = executed
-        if tally or "done" in c:
-            c["done_seen"] = max(c.get("done", 0), level - c.get("forgotten", 0))
-        return c
+        return fold_tally({k.decode(): int(v) for k, v in counts.items()}, tally)
 
     def put_pending(self, run_id: str, outcomes: list[dict[str, Any]]) -> None:
         if outcomes:
