@@ -31,6 +31,7 @@ import yaml
 from click.testing import CliRunner
 
 from evalfarm.cli import main as cli_main
+from evalfarm.providers.access import DEFAULT_KEY_ENVS
 
 KEY_ENVS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "VERTEX_API_KEY",
             "OPENROUTER_API_KEY", "MISTRAL_API_KEY", "AZURE_API_KEY", "AZURE_OPENAI_API_KEY", "EVAL_API_KEY")
@@ -86,7 +87,8 @@ def import_one(runner: CliRunner, config: Path, out: Path, skip: bool) -> tuple[
                and not re.search(r"no provider could be imported|no prompt could be imported|does not validate",
                                  ln) and not ln.startswith("evalfarm: error: " + str(config) + ": no such")]
     final = next((ln for ln in reversed(lines) if re.search(
-        r"no provider could be imported|no prompt could be imported|does not validate|nothing written", ln)), "")
+        r"no provider could be imported|no prompt could be imported|does not validate|nothing written|"
+        r"a red-team config is not an eval", ln)), "")
     if res.exception is not None and not isinstance(res.exception, SystemExit):
         final = f"crash {type(res.exception).__name__}: {res.exception}"
     return res.exit_code, refused, final
@@ -100,7 +102,12 @@ def free_port() -> int:
 
 def run_one(spec: Path, url: str, work: Path) -> dict:
     report = work / "report.json"
-    env = dict(os.environ, **{k: "unused" for k in KEY_ENVS}, EVAL_EMBEDDINGS_BASE_URL=url)
+    # every key variable the spec names is set, and allowed on this host as the import's note tells the user to
+    # (GITHUB_TOKEN, HF_TOKEN, ... are not in evalfarm's default allow-list)
+    names = {a.get("api_key_env") for a in yaml.safe_load(spec.read_text())["adapters"]} - {None}
+    env = dict(os.environ, **{k: "unused" for k in (*KEY_ENVS, *names)}, EVAL_EMBEDDINGS_BASE_URL=url)
+    if names - set(DEFAULT_KEY_ENVS):
+        env["EVALFARM_KEY_ENV_ALLOW"] = ",".join(sorted({*DEFAULT_KEY_ENVS, *names}))
     env.pop("EVAL_BASE_URL", None)
     env.pop("EVAL_JUDGE_BASE_URL", None)
     proc = subprocess.run([sys.executable, "-m", "evalfarm.cli", "run", str(spec), "--base-url", url, "--judge-base-url",
@@ -158,8 +165,8 @@ def main() -> int:
     strict = sum(r["strict"] for r in results)
     skip = sum(r["skip"] for r in results)
     by_reason = Counter(x for r in results for x in r["reasons"])
-    refused_final = Counter(re.sub(r"^.*?: (no provider|no prompt|the imported spec does not validate)",
-                                   r"\1", r["final"]).split(";")[0][:70]
+    refused_final = Counter(re.sub(r"^.*?: (no provider|no prompt|the imported spec does not validate|redteam: a "
+                                   r"red-team config)", r"\1", r["final"]).split(";")[0][:70]
                             for r in results if not r["skip"])
     print(f"corpus: {args.corpus} ({n} configs)")
     print(f"imported strictly: {strict} / {n}")

@@ -4,10 +4,16 @@ forwarder, evalfarm/agents/netns_relay.py, into the relay's unix socket, the rel
 per-task token for the real key and counting tokens, the upstream). Target: under 5 % of wall time.
 
     python bench/relay_overhead.py [--requests 640] [--in-flight 64] [--latency-ms 200] [--rounds 3]
+                                   [--client aiohttp|httpcore]
 
-Rounds alternate direct and relayed runs; the best round of each is compared (machine noise inflates, it
-never deflates). Prints one JSON object: walls, latency percentiles, overhead %, and the relay's
-token counts next to what the server sent.
+Both paths use the same client, in the same run: httpx over ``httpx_aiohttp.AiohttpTransport`` (the
+default; httpx's own pool, httpcore, needs 3-9 s for what takes 2.0 s at 64 in flight, on either path, so
+the relay's share drowns in it: ``--client httpcore`` shows that). Rounds alternate direct and relayed
+runs; the best round of each is compared (machine noise inflates, it never deflates). Prints one JSON
+object: walls, latency percentiles, overhead %, and the relay's token counts next to what the server sent.
+
+The forwarder's child (``sleep``) is in the forwarder's own session and killed with it: left behind, it
+held this script's stdout open, so a caller reading that pipe to its end waited an hour after the figures.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ import time
 from pathlib import Path
 
 import httpx
+import httpx_aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -62,12 +69,14 @@ def wait_port(port: int, proc: subprocess.Popen) -> None:
     raise RuntimeError(f"port {port} did not open")
 
 
-async def stream(url: str, key: str, n: int, in_flight: int) -> tuple[float, list[float], int]:
+async def stream(url: str, key: str, n: int, in_flight: int, client_kind: str = "aiohttp",
+                 ) -> tuple[float, list[float], int]:
     sem = asyncio.Semaphore(in_flight)
     lat: list[float] = []
     tokens = 0
     limits = httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight)
-    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+    transport = httpx_aiohttp.AiohttpTransport(limits=limits) if client_kind == "aiohttp" else None
+    async with httpx.AsyncClient(limits=limits, transport=transport, timeout=60) as client:
         async def one(i: int) -> None:
             nonlocal tokens
             async with sem:
@@ -95,6 +104,8 @@ def main() -> int:
     ap.add_argument("--in-flight", type=int, default=64)
     ap.add_argument("--latency-ms", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--client", choices=("aiohttp", "httpcore"), default="aiohttp",
+                    help="httpx's transport, the same on both paths")
     opts = ap.parse_args()
     mport, fport = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -113,17 +124,19 @@ def main() -> int:
         token = relay.stdout.readline().strip()
         # the in-jail forwarder, here on the host's loopback (its child just waits)
         forwarder = subprocess.Popen(["/usr/bin/python3", "-I", "-S", str(FORWARDER), "--port", str(fport), "--socket",
-                                      str(sock_dir / "m.sock"), "--", "sleep", "3600"])
+                                      str(sock_dir / "m.sock"), "--", "sleep", "3600"], start_new_session=True,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_port(fport, forwarder)
         relayed_url = f"http://127.0.0.1:{fport}/v1"
-        asyncio.run(stream(upstream, KEY, opts.in_flight, opts.in_flight))  # warm both paths
-        warm = asyncio.run(stream(relayed_url, token, opts.in_flight, opts.in_flight))[2]
+        c = opts.client
+        asyncio.run(stream(upstream, KEY, opts.in_flight, opts.in_flight, c))  # warm both paths
+        warm = asyncio.run(stream(relayed_url, token, opts.in_flight, opts.in_flight, c))[2]
         runs: dict[str, list[tuple[float, list[float], int]]] = {"direct": [], "relay": []}
         for _ in range(opts.rounds):
-            runs["direct"].append(asyncio.run(stream(upstream, KEY, opts.requests, opts.in_flight)))
-            runs["relay"].append(asyncio.run(stream(relayed_url, token, opts.requests, opts.in_flight)))
+            runs["direct"].append(asyncio.run(stream(upstream, KEY, opts.requests, opts.in_flight, c)))
+            runs["relay"].append(asyncio.run(stream(relayed_url, token, opts.requests, opts.in_flight, c)))
         best = {k: min(v, key=lambda r: r[0]) for k, v in runs.items()}
-        out = {"requests": opts.requests, "in_flight": opts.in_flight, "latency_ms": opts.latency_ms,
+        out = {"client": c, "requests": opts.requests, "in_flight": opts.in_flight, "latency_ms": opts.latency_ms,
                "rounds": opts.rounds, "ideal_wall_s": round(opts.requests / opts.in_flight * opts.latency_ms / 1000, 3)}
         for k, (wall, lat, _) in best.items():
             out[k] = {"wall_s": round(wall, 3), "all_walls_s": [round(r[0], 3) for r in runs[k]],
@@ -140,7 +153,7 @@ def main() -> int:
         return 0 if out["tokens"]["equal"] else 1
     finally:
         if forwarder is not None:
-            forwarder.kill()
+            os.killpg(forwarder.pid, 9)  # the forwarder and its child
             forwarder.wait()
         if relay is not None:
             relay.kill()

@@ -9,7 +9,10 @@ attack REDIS_PORT WORKER_HOME BASE_REPO   everything an attacker tries: every vi
         holds; edits hello.py
 git-plant MARKER   writes core.fsmonitor / a filter / a hook into the git dir its worktree uses
 calls N            N model calls; their statuses
-setsid TOKEN       starts `setsid sleep 300` (TOKEN in its argv) and exits at once
+setsid TOKEN       starts `setsid sh -c 'sleep 300'` and a double-forked setsid one (TOKEN in their argv),
+        exits at once
+tree TOKEN         ignores SIGTERM and starts the same plus a child ignoring SIGTERM, then sleeps for ever
+        (TOKEN in every argv): a timeout or a stop must kill the whole tree
 peek SECONDS       lists every sandbox dir next to its own and its worktree, after SECONDS
 hog "MB FILE_MB"    allocates MB MiB, then writes FILE_MB MiB into a file; reports what failed and its envelope
 
@@ -20,6 +23,7 @@ import base64
 import glob
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -129,6 +133,15 @@ def hog(mb: int, file_mb: int) -> dict:
     return out
 
 
+def escape(token: str) -> None:
+    """A setsid child and a double-forked setsid grandchild (reparented at once), TOKEN in their argv
+    (``sh -c 'sleep N; :' TOKEN``: the shell stays, as sleep would refuse TOKEN as an interval)."""
+    subprocess.Popen(["setsid", "sh", "-c", "sleep 300; :", token], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    subprocess.Popen(["sh", "-c", f"(setsid sh -c 'sleep 301; :' {token} &) ; exit 0"], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).wait()
+
+
 def main() -> int:
     usage_file, mode, base_url, key_var, *args = sys.argv[1:]
     found: dict = {}
@@ -136,11 +149,13 @@ def main() -> int:
         found = attack(base_url, key_var, int(args[0]), args[1], args[2])
     elif mode == "git-plant":
         found = git_plant(args[0])
-    elif mode == "setsid":
-        subprocess.Popen(["setsid", "sh", "-c", f"sleep 300; echo {args[0]}"], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        subprocess.Popen(["sh", "-c", f"(setsid sleep 301 {args[0]} &) ; exit 0"], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).wait()
+    elif mode in ("setsid", "tree"):
+        escape(args[0])
+        if mode == "tree":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                              "signal.SIG_IGN); time.sleep(300)", args[0]], stdin=subprocess.DEVNULL)
+            time.sleep(300)
     elif mode == "peek":
         time.sleep(float(args[0]))
         here = Path.cwd()

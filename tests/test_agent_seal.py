@@ -168,6 +168,29 @@ def test_repo_defined_git_drivers_never_run(tmp_path):
     assert ran == []
 
 
+@pytest.mark.parametrize("transport", ["ssh", "file"])
+def test_a_partial_clone_repo_cannot_make_the_harness_run_its_fetch_program(tmp_path, transport):
+    """A repo that says it is a partial clone, whose base names a missing commit: reading it makes git
+    fetch through the repo's own program (``core.sshCommand``, ``remote.origin.uploadpack``)."""
+    marker = tmp_path / "fetched"
+    repo = make_repo(tmp_path / "repo")
+    evil = f"sh -c 'env > {marker}; exit 1' --"
+    for key, value in [("core.repositoryformatversion", "1"), ("extensions.partialClone", "origin"),
+                       ("remote.origin.promisor", "true"),
+                       *([("remote.origin.url", "ssh://evalfarm.invalid/x"), ("core.sshCommand", evil)]
+                         if transport == "ssh" else
+                         [("remote.origin.url", str(tmp_path / "elsewhere")), ("remote.origin.uploadpack", evil)])]:
+        git(repo, "config", key, value)
+    (repo / ".git" / "refs" / "heads" / "gone").write_text("12" * 20 + "\n")  # a commit the repo lacks
+    spec = write(tmp_path / "s.yaml", repo, probe_adapter("none"))
+    spec.write_text(spec.read_text().replace("base: main", "base: gone"))
+    res = run_cli("run", str(spec), "--json", "--no-save", cwd=tmp_path, timeout=120, EVAL_API_KEY=REAL_KEY,
+                  **spawn_env(tmp_path))
+    assert not marker.exists(), f"the repo's fetch program ran, with {len(marker.read_text())} bytes of environment"
+    assert res.returncode == 2 and "base 'gone'" in res.stderr and len(res.stderr.strip().splitlines()) == 1, \
+        res.stderr
+
+
 def git_dir_bytes(repo: Path) -> dict[str, str]:
     return {str(p.relative_to(repo)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted((repo / ".git").rglob("*")) if p.is_file() and p.parent.name in ("hooks", ".git", "info")

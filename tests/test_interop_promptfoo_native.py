@@ -144,7 +144,8 @@ tests:
             "prompt_python.py); evalfarm imports data only") in text
     assert f"file://missing.py:Prompt.prompt: file not found ({tmp_path / 'missing.py'})" in text
     assert "transformResponse: only a JSON path (json.output, json.choices[0].message.content) is supported" in text
-    assert "http body template(s) sessionId: only {{prompt}} is supported" in text
+    assert ("http body template(s) sessionId: only {{prompt}} and vars with one value in every test are supported "
+            "(sessionId varies or is missing)") in text
     assert "provider 'google:image:imagen-3' is not supported by the importer" in text
     assert "provider 'anthropic:claude-agent-sdk' is not a chat model evalfarm can call" in text
     assert "not-similar has no evalfarm equivalent" in text and "cost needs a threshold" in text

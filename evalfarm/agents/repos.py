@@ -5,6 +5,12 @@ worker starts from (a branch that moves after submission changes nothing). A URL
 ``$EVALFARM_SPAWN_DIR/repos/<hash>.git`` (``git clone --mirror``, under a lock, so two workers on one
 machine do not clone twice) and fetched again only when a commit is missing. URLs carrying a password
 are refused: they would land in reports; git's credential helpers exist for that.
+
+Only the mirror's ``clone`` and ``fetch`` keep the user's environment and global config (credential
+helpers, ssh keys), and they read no config of a task repo (the mirror's is git's own). Every command
+that reads a repo a spec names (``rev-parse`` on a local path or a mirror) goes through safegit.py: in a
+partial clone a missing object makes git fetch it through the repo's own ``remote.*.uploadpack`` or
+``core.sshCommand``, a program of the repo's author.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlsplit
 
+from . import safegit
 from .errors import SandboxError
 from .sandbox import scratch_parent
 
@@ -103,7 +110,8 @@ def mirror(url: str) -> Path:
 
 
 def _rev_parse(repo: Path, base: str) -> str | None:
-    done = _git("-C", str(repo), "rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}")
+    done = safegit.run("-C", str(repo), "rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}",
+                       timeout=GIT_TIMEOUT_S)
     out = done.stdout.strip()
     return out if done.returncode == 0 and _SHA.match(out) else None
 
@@ -126,7 +134,7 @@ def local_repo(repo: str, base: str) -> tuple[Path, str]:
         path = Path(repo)
         if not path.is_dir():
             raise _error("repo", f"repo {repo}: no such directory")
-        top = _git("-C", str(path), "rev-parse", "--git-dir")
+        top = safegit.run("-C", str(path), "rev-parse", "--git-dir", timeout=GIT_TIMEOUT_S)
         if top.returncode != 0:
             raise _error("repo", f"repo {repo}: not a git repository ({_reason(top)})")
         commit = _rev_parse(path, base)

@@ -8,6 +8,9 @@ holding the worker's secrets. So every git command of the harness gets
 - an environment that holds no secret: PATH and a fixed locale only, an empty HOME, no system or
   global config (``GIT_CONFIG_NOSYSTEM=1``, ``GIT_CONFIG_GLOBAL=/dev/null``), no prompts;
 - ``-c core.fsmonitor=false -c core.hooksPath=/dev/null`` and no attributes file of ours;
+- no transport at all (``protocol.allow=never``, and ``GIT_NO_LAZY_FETCH`` where git knows it): in a
+  partial clone, reading a missing object fetches it through the repo's ``remote.*.uploadpack`` or
+  ``core.sshCommand``, programs the repo's config names;
 - for ``diff``: ``--no-textconv --no-ext-diff``.
 
 Filter drivers are defined only in config; the checkouts of jail.py use a fresh clone's config (which
@@ -22,7 +25,7 @@ import subprocess
 from pathlib import Path
 
 SAFE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.attributesFile=/dev/null",
-        "-c", "protocol.ext.allow=never")
+        "-c", "protocol.allow=never")
 # every path: no filter, no diff or merge driver, no re-encoding (highest precedence: $GIT_DIR/info/attributes)
 NO_DRIVERS = "* !filter !diff !merge !working-tree-encoding\n"
 
@@ -31,7 +34,8 @@ def env(home: Path | None = None, extra: dict[str, str] | None = None) -> dict[s
     """The environment of a harness git command: no secrets, no config but the repo's own."""
     out = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C", "LC_ALL": "C",
            "HOME": str(home) if home else "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
-           "GIT_ATTR_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "GIT_OPTIONAL_LOCKS": "0"}
+           "GIT_ATTR_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "GIT_OPTIONAL_LOCKS": "0",
+           "GIT_NO_LAZY_FETCH": "1"}
     out.update(extra or {})
     return out
 

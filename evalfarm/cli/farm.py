@@ -123,10 +123,12 @@ def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
         p = backend.progress(run_id)
         if (p.stored, p.pending_judge) == (before.stored, before.pending_judge):
             break
+    batch_lines, in_batches = backend.batches(run_id)
     info = {"run_id": run_id, "spec": meta["spec"]["name"], "state": meta.get("state"), "total": p.total,
             "done": p.done, "errors": p.errors, "pending_judge": p.pending_judge, "queued": queued,
-            "in_hands": in_hands, "in_broker": queued + in_hands,
-            "missing": p.total - p.stored - p.pending_judge - queued - in_hands,
+            "in_hands": in_hands, "in_broker": queued + in_hands, "in_provider_batches": in_batches,
+            "provider_batches": batch_lines,
+            "missing": p.total - p.stored - p.pending_judge - queued - in_hands - in_batches,
             "stored": p.stored, "lost_results": p.lost,
             "executed": p.executed, "duplicate_executions": max(0, p.executed - p.stored),
             "cost_usd": round(p.cost_usd, 6), "per_adapter": {a: {"done": d, "errors": e}
@@ -152,6 +154,10 @@ def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
                f"counted once); report {'ready' if info['report_ready'] else 'not yet'}")
     if info["fleet_slots"]:
         click.echo(f"  run --concurrency: {info['fleet_slots']}")
+    if batch_lines:
+        click.echo(f"  provider batches: {len(batch_lines)}, holding {in_batches} items not done yet")
+        for line in batch_lines:
+            click.echo(f"    {printable(line)}")
     if info["missing"] > 0 and info["state"] not in ("done", "failed"):
         click.echo(f"  'evalfarm resume {run_id}' dispatches the {info['missing']} missing items")
 

@@ -25,9 +25,13 @@ from ..errors import EvalfarmError, SpecError, UsageError
               help="YAML tool-use script for coding agents (claude, codex, gemini, aider, opencode).")
 @click.option("--quota-after", type=click.IntRange(0), metavar="N",
               help="After N answered completions, answer every request 429 insufficient_quota.")
+@click.option("--batch-delay", type=click.FloatRange(0), default=0.0, show_default=True, metavar="SECONDS",
+              help="Batch APIs: a batch is answered this long after its creation.")
+@click.option("--batch-max-requests", type=click.IntRange(1), metavar="N",
+              help="Batch APIs: a batch of more than N requests fails validation.")
 def mock_provider(host: str, port: int, latency_ms: float, error_rate: float, rate_limit: float | None,
                   api_key: str | None, script: Path | None, seed: int, agent_script: Path | None,
-                  quota_after: int | None) -> None:
+                  quota_after: int | None, batch_delay: float, batch_max_requests: int | None) -> None:
     """A local OpenAI-compatible chat server: echo or scripted replies, usage, 429s, 5xx."""
     from ..mock.agents import AgentProtocols
     from ..mock.script import load_agent_script
@@ -47,7 +51,8 @@ def mock_provider(host: str, port: int, latency_ms: float, error_rate: float, ra
         except OSError as exc:
             raise UsageError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror}); "
                              "pick another port") from None
-    provider = MockProvider(latency_ms, error_rate, rate_limit, api_key, rules, seed, quota_after)
+    provider = MockProvider(latency_ms, error_rate, rate_limit, api_key, rules, seed, quota_after, batch_delay,
+                            batch_max_requests)
     provider.agents = agents
     serve(host, port, provider)
 

@@ -36,6 +36,9 @@ from .overnight import budget_options, check_budget, stopped_lines
 @click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True),
               help="Farm: give up waiting after this many seconds (the run goes on).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
+@click.option("--batch", "use_batch", is_flag=True,
+              help="Send the openai/anthropic adapters' (and judge's) calls through the provider's batch API: "
+                   "answers within 24 h at the batch price (as if batch: true were set on each).")
 @click.option("--detach", is_flag=True, help="Farm: print the run id and return; 'evalfarm wait RUN' attaches later.")
 @click.option("--cache", "use_cache", is_flag=True,
               help="Reuse provider responses for identical requests (same model, messages, params, trial).")
@@ -52,7 +55,8 @@ from .overnight import budget_options, check_budget, stopped_lines
 def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, base_url: str | None,
         judge_model: str | None, judge_base_url: str | None, tags: tuple[str, ...], cases: tuple[str, ...],
         concurrency: int | None, output: Path | None, no_save: bool, state_dir: Path, trials: int | None,
-        broker: str | None, batch_size: int | None, timeout_s: float | None, as_json: bool, detach: bool,
+        broker: str | None, batch_size: int | None, timeout_s: float | None, as_json: bool, use_batch: bool,
+        detach: bool,
         use_cache: bool, max_cost: float | None, force: bool, until_decided: bool, max_trials: int | None,
         alpha: float | None, margin: float | None, **ci) -> None:
     """Validate SPEC (or --dataset cases with --model), run every item, aggregate, apply thresholds."""
@@ -83,6 +87,13 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
             raise EvalfarmError("--dataset needs --model (the model under test)")
         spec_file = spec_from_cases(list(datasets), model=model, judge_model=judge_model)
     spec = bind_environment(spec_file.spec, base_url=base_url, judge_base_url=judge_base_url)
+    if use_batch:
+        from ..spec.models import BATCH_PROVIDERS, with_batch
+
+        spec = with_batch(spec)
+        if not any(getattr(a, "batch", None) for a in spec.adapters) and not (spec.judge and spec.judge.batch):
+            raise UsageError(f"--batch: no adapter or judge of {spec.name!r} has a batch API (provider "
+                             f"{' or '.join(BATCH_PROVIDERS)}); drop --batch")
     source = spec_file.source.select(tags, cases)
     version = version_for(spec.prompt, ci.get("prompt_version"), spec_file.base_dir, spec_path=spec_file.path)
     if version is not None:

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Iterator
 
 from ..canonical import canonical_json, sha256_hex
-from ..spec.models import EvalSpec, PromptSpec
+from ..spec.models import EvalSpec, PromptSpec, strip_batch
 from ..spec.source import PromptSource
 
 
@@ -68,8 +68,8 @@ class SpecHasher:
     """Hash of the spec without its prompt sources, then every prompt's canonical JSON, streamed."""
 
     def __init__(self, spec: EvalSpec) -> None:
-        self._h = hashlib.sha256(canonical_json(spec.model_dump(mode="json", exclude={"prompts", "dataset",
-                                                                                     "budget_usd"})).encode())
+        dumped = strip_batch(spec.model_dump(mode="json", exclude={"prompts", "dataset", "budget_usd"}))
+        self._h = hashlib.sha256(canonical_json(dumped).encode())
 
     def update(self, prompt_json: str) -> None:
         self._h.update(b"\n" + prompt_json.encode())

@@ -51,6 +51,20 @@ class MockAdapter:
         return Completion(text=text, input_tokens=len(prompt.text.split()), output_tokens=len(text.split()))
 
 
+class EchoAdapter:
+    """``provider: echo``: the answer is the prompt itself, as promptfoo's ``echo`` provider (a config that
+    tests its prompts, test files or assertions, with no model)."""
+
+    def __init__(self, entry: "str | AdapterSpec") -> None:
+        self.id = entry if isinstance(entry, str) else entry.id
+
+    def config(self) -> dict[str, Any]:
+        return {"kind": "echo", "version": 1}
+
+    async def complete(self, prompt: PromptSpec, trial: int) -> Completion:
+        return Completion(text=prompt.text)
+
+
 class CallableAdapter:
     """Wraps a plain synchronous ``executor(adapter_id, prompt) -> str`` (the Python API)."""
 

@@ -19,7 +19,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Protocol
 
-from ..spec.models import AdapterSpec, EvalSpec, Price, PromptSpec
+from ..spec.models import BATCH_PROVIDERS, AdapterSpec, EvalSpec, Price, PromptSpec
 from .judges import judging_messages
 
 CHARS_PER_TOKEN = 4  # a tokenizer-free estimate: English text averages ~4 characters per token
@@ -145,6 +145,9 @@ class Estimate:
     unpriced: list[str] = field(default_factory=list)  # adapter ids (and "judge") with no price
     agent_items: int = 0  # items that spawn a coding agent (estimated per task: see AGENT_CONTEXT_TOKENS)
     agent_turns: int = 0  # the largest turns per task assumed
+    live_usd: float = 0.0  # the same run with every call live
+    batch_usd: float = 0.0  # the same run with every call that can go through a batch API batched
+    batched: list[str] = field(default_factory=list)  # adapter ids (and "judge") this run sends in batches
 
     @property
     def total_usd(self) -> float:
@@ -170,6 +173,9 @@ class Estimate:
         text = f"estimated cost {self.figures()}: {detail}"
         if self.unpriced:
             text += f"; cost unknown for {', '.join(self.unpriced)} (no price)"
+        if self.batched or self.batch_usd < self.live_usd:
+            text += (f"; live calls {usd(self.live_usd)}, through batch APIs {usd(self.batch_usd)}"
+                     + (f" (this run batches {', '.join(self.batched)})" if self.batched else ""))
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -177,7 +183,8 @@ class Estimate:
                 "output_tokens": self.output_tokens, "judge_input_tokens": self.judge_input_tokens,
                 "judge_output_tokens": self.judge_output_tokens, "model_usd": round(self.model_usd, 8),
                 "judge_usd": round(self.judge_usd, 8), "total_usd": round(self.total_usd, 8),
-                "unpriced": list(self.unpriced)}
+                "unpriced": list(self.unpriced), "live_usd": round(self.live_usd, 8),
+                "batch_usd": round(self.batch_usd, 8), "batched": list(self.batched)}
 
 
 def usd(value: float) -> str:
@@ -200,14 +207,23 @@ def estimate(spec: EvalSpec, prompts: Iterable[PromptSpec], trials: int | None =
             est.unpriced.append(adapter_id)
         params = entry.params if isinstance(entry, AdapterSpec) else None
         agent = agent_shape(entry) if isinstance(entry, AdapterSpec) and entry.is_agent else None
-        adapters.append((price, max_tokens(params, DEFAULT_OUTPUT_TOKENS), agent))
+        can_batch = isinstance(entry, AdapterSpec) and entry.provider in BATCH_PROVIDERS and price is not None
+        batched = bool(isinstance(entry, AdapterSpec) and entry.batch)
+        if batched:
+            est.batched.append(adapter_id)
+        adapters.append((price, max_tokens(params, DEFAULT_OUTPUT_TOKENS), agent,
+                         price.batched() if can_batch else price, batched))
     jprice = judge_price(spec)
     if jprice is None:
         est.unpriced.append("judge")
+    j_batch = jprice.batched() if jprice is not None and spec.judge is not None and spec.judge.provider in BATCH_PROVIDERS else jprice
+    j_batched = bool(spec.judge is not None and spec.judge.batch)
+    if j_batched:
+        est.batched.append("judge")
     judge_out = max_tokens(spec.judge.params, DEFAULT_JUDGE_OUTPUT_TOKENS) if spec.judge else 0
     for prompt in prompts:
         t_in = tokens(prompt.system) + tokens(prompt.text)
-        for price, t_out, agent in adapters:
+        for price, t_out, agent, bprice, batched in adapters:
             i_in, i_out = t_in, t_out
             if agent is not None:  # a coding agent: many requests per task, each with its context and history
                 turns, context = agent
@@ -219,7 +235,10 @@ def estimate(spec: EvalSpec, prompts: Iterable[PromptSpec], trials: int | None =
             est.input_tokens += i_in * n_trials
             est.output_tokens += i_out * n_trials
             if price is not None:
-                est.model_usd += _cost(price, i_in, i_out) * n_trials
+                live, as_batch = _cost(price, i_in, i_out) * n_trials, _cost(bprice, i_in, i_out) * n_trials
+                est.model_usd += as_batch if batched else live
+                est.live_usd += live
+                est.batch_usd += as_batch
             if spec.judge is None:
                 continue
             # the judging prompt as the judge will see it, with a reply of the estimated length
@@ -228,7 +247,10 @@ def estimate(spec: EvalSpec, prompts: Iterable[PromptSpec], trials: int | None =
             est.judge_input_tokens += j_in * n_trials
             est.judge_output_tokens += judge_out * n_trials
             if jprice is not None:
-                est.judge_usd += _cost(jprice, j_in, judge_out) * n_trials
+                live, as_batch = _cost(jprice, j_in, judge_out) * n_trials, _cost(j_batch, j_in, judge_out) * n_trials
+                est.judge_usd += as_batch if j_batched else live
+                est.live_usd += live
+                est.batch_usd += as_batch
     return est
 
 

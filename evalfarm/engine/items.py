@@ -20,6 +20,7 @@ from ..core.verdict import decide
 from ..errors import InfrastructureError
 from ..redact import redact
 from .adapters import Adapter, Completion
+from .batching import CURRENT_KEY
 from .budget import SKIPPED_BUDGET, BudgetExhausted, SpendGuard, guarding
 from .cache import ResponseCache, request_key
 from .judges import Judge, clamp01
@@ -37,6 +38,16 @@ def error_of(exc: BaseException, stage: str) -> dict[str, Any]:
     """What a runtime error records: class, stage, message (secrets redacted, then cut), status, attempts."""
     return {"class": type(exc).__name__, "stage": stage, "message": redact(str(exc))[:500],
             "status": getattr(exc, "status", None), "attempts": getattr(exc, "attempts", None)}
+
+
+def _unsent(out: Outcome, adapter: Any) -> Outcome:
+    """An item the budget stopped before it was sent; an agent adapter's says so in its ``agent`` record,
+    so its failure class is ``budget_stopped`` (core/failure.py) and the report counts it apart."""
+    out.skipped = SKIPPED_BUDGET
+    spec = getattr(adapter, "spec", None)
+    if getattr(spec, "is_agent", False) is True:
+        out.agent = {"agent": getattr(spec, "agent", None), "ran": False}
+    return out
 
 
 class Engine:
@@ -88,8 +99,8 @@ class Engine:
         out = Outcome(key=item.key, prompt_id=item.prompt.id, adapter=item.adapter, trial=item.trial)
         started = time.perf_counter() if since is None else since
         if await self._over_budget():
-            out.skipped = SKIPPED_BUDGET
-            return out
+            return _unsent(out, self.adapters.get(item.adapter))
+        token = CURRENT_KEY.set(item.key)  # a batched adapter's custom_id
         try:
             with guarding(self.budget), calling(item.adapter, time.perf_counter) as observed:
                 completion, out.cached = await self._complete(item, self.adapters[item.adapter])
@@ -99,13 +110,14 @@ class Engine:
         except InfrastructureError:
             raise
         except BudgetExhausted:  # reached while this call waited for a slot or a retry: it was not sent
-            out.skipped = SKIPPED_BUDGET
-            return out
+            return _unsent(out, self.adapters.get(item.adapter))
         except Exception as exc:  # a provider failure is a runtime error, never a quality failure
             out.error = error_of(exc, "adapter")
             out.attempts = getattr(exc, "attempts", None)
             out.agent = getattr(exc, "agent", None)  # what is known of a failed agent run
             return out
+        finally:
+            CURRENT_KEY.reset(token)
         await self._charge(completion.cost_usd)
         similarity: dict[int, float] = {}
         if any(c.kind == "similar" for c in item.prompt.checks):
@@ -175,6 +187,7 @@ class Engine:
             if await self._over_budget():
                 out.skipped = SKIPPED_BUDGET  # the model's answer is kept (and its cost), but not judged
                 return out
+            token = CURRENT_KEY.set(item.key)
             try:
                 with guarding(self.budget):
                     result = await self.judge_.judge(item.prompt, out.output or "")
@@ -189,6 +202,8 @@ class Engine:
                 out.judge_input_tokens, out.judge_output_tokens, out.judge_cost_usd = t_in, t_out, cost
                 await self._charge(cost)
                 return self.decide(out)
+            finally:
+                CURRENT_KEY.reset(token)
             await self._charge(result.cost_usd)
             out.judge_score = clamp01(result.score)
             out.judge_criteria = result.criteria or None

@@ -139,7 +139,7 @@ class LLMJudge:
             await self._aclose()
 
     def config(self) -> dict[str, Any]:
-        return {"kind": self.kind, **self.spec.model_dump(exclude={"price", "weight", "pass_score"})}
+        return {"kind": self.kind, **self.spec.model_dump(exclude={"price", "weight", "pass_score", "batch"})}
 
     async def judge(self, prompt: PromptSpec, output: str) -> JudgeResult:
         messages = judging_messages(self.spec, prompt, output)

@@ -27,6 +27,7 @@ Factory = Callable[[Any], Any]
 
 _BUILTIN_ADAPTERS: dict[str, str] = {
     "mock": "evalfarm.engine.adapters:MockAdapter",
+    "echo": "evalfarm.engine.adapters:EchoAdapter",
     "openai": "evalfarm.providers.openai:OpenAIAdapter",
     "anthropic": "evalfarm.providers.anthropic:AnthropicAdapter",  # native wire protocols, one module each
     "gemini": "evalfarm.providers.gemini:GeminiAdapter",
@@ -35,6 +36,7 @@ _BUILTIN_ADAPTERS: dict[str, str] = {
     "azure": "evalfarm.providers.azure:AzureAdapter",
     "http": "evalfarm.providers.http_json:HttpJsonAdapter",
     "bedrock": "evalfarm.providers.bedrock:BedrockAdapter",
+    "replicate": "evalfarm.providers.replicate:ReplicateAdapter",
     "agent": "evalfarm.agents.adapter:AgentAdapter",  # coding agents in git worktrees (spawn mode)
     "stored": "evalfarm.engine.stored:StoredAdapter",  # a re-scoring run's stand-in: never called
 }

@@ -88,8 +88,20 @@ class InProcessBackend:
             if slot:
                 held[adapter_id] = slots.setdefault(slot[0], asyncio.Semaphore(slot[1]))
 
+        # a batched adapter's items wait for their batch without holding one of the ``concurrency`` slots
+        in_batches = {a for a, adapter in engine.adapters.items() if getattr(adapter, "batched", False)}
+        waiting: set[asyncio.Task] = set()
+
+        async def one(item) -> None:
+            store.record(run_id, [(await engine.run(item)).to_dict()])
+
         async def work() -> None:
             while (item := await queue.get()) is not None:
+                if item.adapter in in_batches:
+                    task = asyncio.create_task(one(item))
+                    waiting.add(task)
+                    task.add_done_callback(waiting.discard)
+                    continue
                 slot = held.get(item.adapter)
                 if slot is None:
                     out: Outcome = await engine.run(item)
@@ -106,18 +118,28 @@ class InProcessBackend:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         handled = _on_signals(loop, stop.set)
+
+        async def drain() -> None:
+            await asyncio.gather(*tasks)
+            while waiting:
+                await asyncio.gather(*list(waiting))
+
         tasks = [asyncio.create_task(produce())] + [asyncio.create_task(work()) for _ in range(self.concurrency)]
         ticker = asyncio.create_task(report_progress()) if on_progress is not None else None
-        everything = asyncio.gather(*tasks)
+        everything = asyncio.ensure_future(drain())
         stopper = asyncio.create_task(stop.wait())
         try:
             await asyncio.wait([everything, stopper], return_when=asyncio.FIRST_COMPLETED)
             if everything.done():
                 everything.result()  # an unexpected error in the engine surfaces here
                 return None
+            for task in [*tasks, *waiting]:
+                task.cancel()
             everything.cancel()  # cancels every task; awaiting it waits for them all and retrieves its error
             with contextlib.suppress(asyncio.CancelledError):
                 await everything
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*tasks, *waiting, return_exceptions=True)
             return "interrupted"
         finally:
             stopper.cancel()

@@ -25,7 +25,7 @@ from ..errors import SpecError
 from ..spec.sourcemap import dotted, line_for, load_yaml, read_text
 from .promptfoo_asserts import Refused, map_assert
 from .promptfoo_csv import tests_from_csv
-from .promptfoo_providers import _GEMINI_PARAMS, provider_family
+from .promptfoo_providers import _GEMINI_PARAMS, BROAD_KEYS, fill_body_vars, provider_family
 from .template import TemplateUnsupported, is_partial, line_of, prepare_vars, render, render_prompt, variables
 
 PROMPTFOO_VERSION = "0.123.1"  # the version whose behaviour this mirrors (and the tests install)
@@ -43,6 +43,9 @@ _TEST_KEYS = {"description", "vars", "assert", "options", "metadata"}
 _OPTION_KEYS = {"prefix", "suffix", "provider", "disableDefaultAsserts"}
 _PARAMS = {"temperature", "max_tokens", "max_completion_tokens", "top_p", "seed", "stop", "presence_penalty",
            "frequency_penalty", "response_format", "reasoning_effort", "logit_bias"}
+# provider config keys that do not change what is sent and answered (why, in the note the import prints)
+_DROPPED = {"stream": "evalfarm reads the whole answer; streaming changes the transport, not the text",
+            "usage_tier": "promptfoo uses it only to price the call; set the adapter's price"}
 _TEXT_FILES = {".txt", ".md", ".j2"}
 _CODE_FILES = {".py", ".js", ".mjs", ".cjs", ".ts", ".mts", ".cts", ".sh", ".bash", ".rb", ".pl", ".exe", ".bat",
                ".cmd", ".ps1"}
@@ -80,6 +83,9 @@ class _Template:
     path: str
     line: int | None
     chat: bool = False
+    default: bool = False  # the config has no prompts: promptfoo sends each test's ``prompt`` var
+    ref: str | None = None  # the prompt's id and label as the config wrote them (a provider's ``prompts``
+    given_label: str | None = None  # names one of them)
 
 
 @dataclass
@@ -113,6 +119,8 @@ class PromptfooImporter:
         self._mapped: dict[tuple, str] = {}  # (file, line, field) of an assertion -> its type
         self._refused_asserts: dict[tuple, str] = {}
         self._notes: list[str] = []
+        self._notes_prompts: list[str] | None = None
+        self._wanted: list[tuple[tuple, list[str] | None]] = []  # per imported adapter: (its loc, its prompts)
 
     # ---- findings -------------------------------------------------------------------------
     def note_endpoint(self, adapter: dict[str, Any], message: str, endpoint: bool = True) -> None:
@@ -181,8 +189,16 @@ class PromptfooImporter:
         doc = self._load_doc(self.config)
         if not isinstance(doc.data, dict):
             raise SpecError("a promptfoo config must be a YAML mapping", path=str(self.config), line=1)
+        if "redteam" in doc.data and not doc.data.get("tests"):
+            # `promptfoo redteam` generates the tests from plugins and strategies: there is no suite to import
+            raise SpecError("redteam: a red-team config is not an eval of a fixed suite (promptfoo redteam "
+                            "generate writes its tests); evalfarm does not import it: import the generated "
+                            "redteam.yaml", path=str(self.config), line=line_for(doc.lines, ("redteam",)))
         for key in doc.data:
-            if key in _TOP_IGNORED:
+            if key == "redteam":  # generated tests are here: they are imported, the generator's settings are not
+                self.refuse(doc.at((key,), "redteam: the red-team plugins and strategies are not imported (the "
+                                           "tests they generated are)"))
+            elif key in _TOP_IGNORED:
                 self.caveat(doc.at((key,), "not imported (it does not change what is measured)"
                                    + ("; set keys in your environment, never in a spec" if key == "env" else "")))
             elif key not in _TOP_IMPORTED:
@@ -191,8 +207,10 @@ class PromptfooImporter:
             self.refuse(doc.at(("targets",), "give 'providers' or 'targets', not both"))
         adapters = self._providers(doc)
         templates = self._prompts(doc)
+        adapters, templates = self._provider_prompts(doc, adapters, templates)
         default, grader = self._default_test(doc)
         tests = self._tests(doc, default)
+        adapters = self._fill_body_vars(doc, adapters, tests)
         prompts, items = self._render_all(templates, tests)
         spec: dict[str, Any] = {"name": self._name(doc), "adapters": adapters, "prompts": prompts}
         if any(p.get("criteria") for p in prompts):
@@ -231,7 +249,7 @@ class PromptfooImporter:
         adapters: list[dict[str, Any]] = []
         for i, entry in enumerate(entries):
             loc = (key, i) if isinstance(raw, list) else (key,)
-            self._notes = []
+            self._notes, self._notes_prompts = [], None
             try:
                 adapter = self.provider(entry)
             except Refused as exc:
@@ -239,6 +257,8 @@ class PromptfooImporter:
                 continue
             for note in self._notes:
                 self.caveat(doc.at(loc, note))
+            self._wanted.append((loc, self._notes_prompts))
+            self._notes_prompts = None
             base_id, n = adapter["id"], 2
             while any(a["id"] == adapter["id"] for a in adapters):
                 adapter["id"], n = f"{base_id}-{n}", n + 1
@@ -259,7 +279,7 @@ class PromptfooImporter:
         if "delay" in entry:  # promptfoo's pause between calls: evalfarm has its own limits (requests_per_minute)
             entry = {k: v for k, v in entry.items() if k != "delay"}
             self._notes.append(f"provider {entry.get('id')}: delay is not imported (set requests_per_minute)")
-        extra = sorted(set(entry) - {"id", "label", "config"})
+        extra = sorted(set(entry) - {"id", "label", "config", "prompts"})
         if extra:
             raise Refused(f"provider key {extra[0]!r} is not supported", field=extra[0])
         pid = entry["id"]
@@ -269,9 +289,15 @@ class PromptfooImporter:
         family = provider_family(pid)
         adapter: dict[str, Any] = {"id": entry.get("label") or pid, "provider": family.provider,
                                    "model": family.model}
+        if "prompts" in entry:  # the prompts this provider runs (labels or ids); _provider_prompts applies them
+            names = entry["prompts"] if isinstance(entry["prompts"], list) else [entry["prompts"]]
+            if not names or not all(isinstance(n, str) and n for n in names):
+                raise Refused("prompts must be a list of prompt labels or ids", field="prompts")
+            self._notes_prompts = names
         if family.base_url is not None:
             adapter["base_url"] = family.base_url
-        adapter["api_key_env"] = family.key_env
+        if family.key_env:
+            adapter["api_key_env"] = family.key_env
         if not isinstance(adapter["id"], str) or not adapter["id"].strip():
             raise Refused("label must be a non-empty string", field="label")
         params: dict[str, Any] = {}
@@ -296,7 +322,18 @@ class PromptfooImporter:
                 raise Refused("config.apiKey holds a key in the config; evalfarm reads keys from the "
                               "environment only: put it in a variable and name it with config.apiKeyEnvar",
                               field="config")
-            elif key in _PARAMS or key in family.param_names:
+            elif key in _DROPPED or key in family.dropped:
+                why = family.dropped.get(key) or _DROPPED[key]
+                self._notes.append(f"provider {adapter['id']}: config.{key} is not imported ({why})")
+            elif key == "passthrough" and family.provider in ("openai", "azure", "openai-responses"):
+                if not isinstance(value, dict):
+                    raise Refused("config.passthrough must be a mapping (fields added to the request body)",
+                                  field="config")
+                params.update(value)  # promptfoo spreads it into the request body
+            elif key in family.tool_keys:
+                # tools are written in the provider's own format; the wire puts them where its API reads them
+                params[key] = self._tool_value(value, key)
+            elif key in _PARAMS or key in family.param_names or family.any_params:
                 params[family.param_names.get(key, key)] = value
             elif key == "generationConfig" and family.provider in ("gemini", "vertex") and isinstance(value, dict):
                 for k, v in value.items():  # unknown keys pass through into generationConfig (wire: gemini)
@@ -305,16 +342,75 @@ class PromptfooImporter:
                 raise Refused(f"config.{key} is not supported by the importer for {family.provider} providers",
                               field="config")
         family.finish(adapter, place, params, self)
+        if adapter.get("api_key_env") in BROAD_KEYS:
+            self.note_endpoint(adapter, f"{adapter['api_key_env']} opens more than a model API, so evalfarm's "
+                                        "default key allow-list leaves it out: add it to EVALFARM_KEY_ENV_ALLOW "
+                                        "where the calls run", endpoint=False)
         if params:
             adapter["params"] = params
         return adapter
 
+    def _tool_value(self, value: Any, key: str) -> Any:
+        """A tool definition inline or in a ``file://`` JSON/YAML file (promptfoo loads it the same way)."""
+        if isinstance(value, str) and value.startswith("file://"):
+            value = self.load_value_file(value)
+        if not isinstance(value, (list, dict, str)) or (isinstance(value, str) and key in ("tools", "functions")):
+            raise Refused(f"config.{key} must be a list or mapping (or a file:// JSON/YAML file)", field="config")
+        return value
+
+    def _fill_body_vars(self, doc: _Doc, adapters: list[dict], tests: list[_Test]) -> list[dict]:
+        combos = [combo for t in tests if not t.dropped for combo in _combinations(t.vars)]
+        kept = []
+        for adapter, (loc, _) in zip(adapters, self._wanted):
+            try:
+                fill_body_vars(adapter, combos)
+            except Refused as exc:
+                self.refuse(doc.at(loc, str(exc), sub=exc.field))
+                continue
+            kept.append(adapter)
+        self._wanted = [w for a, w in zip(adapters, self._wanted) if any(a is k for k in kept)]
+        return kept
+
+    def _provider_prompts(self, doc: _Doc, adapters: list[dict], templates: list[_Template]
+                          ) -> tuple[list[dict], list[_Template]]:
+        """A provider's ``prompts`` (labels, ids, ``label:*`` prefixes) restricts it to those prompts. evalfarm
+        runs every prompt on every adapter: the first provider's prompts are imported, and a provider that
+        runs a different set is refused by name."""
+        if all(names is None for _, names in self._wanted):
+            return adapters, templates
+
+        def runs(names: list[str] | None) -> list[int]:
+            if names is None:
+                return list(range(len(templates)))
+            return [i for i, t in enumerate(templates)
+                    if any(n in (t.label, t.ref, t.given_label)
+                           or (n.endswith("*") and (t.given_label or t.label).startswith(n[:-1])) for n in names)]
+
+        chosen = runs(self._wanted[0][1])
+        kept = []
+        for adapter, (loc, names) in zip(adapters, self._wanted):
+            mine = runs(names)
+            if mine == chosen:
+                kept.append(adapter)
+                continue
+            shown = ", ".join((templates[i].given_label or templates[i].label)[:40] for i in chosen) or "none"
+            self.refuse(doc.at(loc, f"provider {adapter['id']} runs other prompts than the first provider ({shown}): "
+                                    "evalfarm runs every prompt on every adapter; import such providers from a "
+                                    "config of their own", sub="prompts"))
+        self._wanted = [w for a, w in zip(adapters, self._wanted) if any(a is k for k in kept)]
+        if len(chosen) < len(templates):
+            self.caveat(doc.at(("prompts",), f"{len(templates) - len(chosen)} prompt(s) no imported provider runs "
+                                             "are not imported"))
+        return kept, [templates[i] for i in chosen]
+
     # ---- prompts -------------------------------------------------------------------------------------
     def _prompts(self, doc: _Doc) -> list[_Template]:
         raw = doc.data.get("prompts")
-        if raw is None:
-            self.refuse(doc.at((), "the config has no 'prompts'", sub="prompts"))
-            return []
+        if raw is None:  # promptfoo's default (util/config/load.ts): the prompt is the test's `prompt` var
+            self.caveat(doc.at((), "the config has no 'prompts': each test's 'prompt' var is the prompt, as "
+                                   "promptfoo does", sub="prompts"))
+            return [_Template(label="{{prompt}}", user="{{prompt}}", system=None, path=str(doc.path),
+                              line=None, default=True)]
         if isinstance(raw, dict):  # legacy form: {path or text: label}
             entries = [((k,), {"raw": k, "label": v}) for k, v in raw.items()]
         elif isinstance(raw, list):
@@ -325,7 +421,9 @@ class PromptfooImporter:
         for sub, entry in entries:
             loc = ("prompts", *sub)
             try:
-                templates += self._prompt_entry(entry, doc, loc)
+                ref = entry.get("id", entry.get("raw")) if isinstance(entry, dict) else entry
+                given = entry.get("label") if isinstance(entry, dict) else None
+                templates += [_with_ref(t, ref, given) for t in self._prompt_entry(entry, doc, loc)]
             except _Located as exc:
                 self.refuse(Finding(exc.path, exc.line, dotted(loc), str(exc)))
             except Refused as exc:
@@ -483,9 +581,20 @@ class PromptfooImporter:
                 tdoc = _Doc(path, [t for _, t in rows], lines)
                 out += [(tdoc, (i,), t) for i, (_, t) in enumerate(rows)]
                 continue
+            if path.suffix == ".jsonl":  # one test per non-empty line
+                rows = []
+                for n, line in enumerate(self._read(path).splitlines(), start=1):
+                    if line.strip():
+                        try:
+                            rows.append((n, json.loads(line)))
+                        except ValueError:
+                            raise Refused(f"{path.name}:{n}: not a JSON object") from None
+                tdoc = _Doc(path, [t for _, t in rows], {(i,): n for i, (n, _) in enumerate(rows)})
+                out += [(tdoc, (i,), t) for i, (_, t) in enumerate(rows)]
+                continue
             if path.suffix not in (".yaml", ".yml", ".json"):
                 raise Refused(f"{path.name}: test files of type {path.suffix!r} are not supported (.yaml, .json, "
-                              ".csv)")
+                              ".jsonl, .csv)")
             try:
                 tdoc = self._load_doc(path)
             except SpecError as exc:
@@ -619,6 +728,10 @@ class PromptfooImporter:
             self.refuse(test.doc.at(test.loc, "options.prefix/suffix on a chat prompt: promptfoo then sends the "
                                               "JSON as text; not supported", sub="options"))
             return None
+        if tpl.default and not isinstance(combo.get("prompt"), str):
+            self.refuse(test.doc.at(test.loc, "the config has no 'prompts' and this test no 'prompt' var: "
+                                              "there is nothing to send", sub="vars"))
+            return None
         values = prepare_vars(combo)
         system = None
         try:
@@ -674,6 +787,12 @@ class _Located(Refused):
 _NOT_JSON = object()
 _FILE_EXTENSIONS = (".cjs", ".cts", ".j2", ".js", ".json", ".jsonl", ".md", ".mjs", ".mts", ".py", ".ts", ".txt",
                     ".yml", ".yaml")
+
+
+def _with_ref(tpl: _Template, ref: Any, label: Any) -> _Template:
+    tpl.ref = ref if isinstance(ref, str) else None
+    tpl.given_label = label if isinstance(label, str) else None
+    return tpl
 
 
 def maybe_file_path(text: str) -> bool:

@@ -62,7 +62,8 @@ class AgentProtocols(AnthropicProtocol, ResponsesProtocol, ChatToolsProtocol, Ge
                          "path": request.path, "protocol": protocol,
                          "model": body.get("model") if isinstance(body, dict) else None,
                          "step": step, "kind": kind, "tool_results": n_results,
-                         "usage": {"input_tokens": usage[0], "output_tokens": usage[1]}})
+                         "usage": {"input_tokens": usage[0], "output_tokens": usage[1]},
+                         "key": _key_of(request)})
         self.bodies.append(json.dumps(body))
         self.log[-1]["body_chars"] = len(self.bodies[-1])  # what the agent sent: its context, measured
 
@@ -99,3 +100,11 @@ class AgentProtocols(AnthropicProtocol, ResponsesProtocol, ChatToolsProtocol, Ge
             raise LookupError(f"step {index} ({step.kind}) needs one of {TOOL_NAMES[step.kind]}; "
                               f"the agent offered {sorted(offered)}")
         return index, step, name
+
+
+def _key_of(request: web.Request) -> str | None:
+    """The key the request carried, whichever way its protocol sends it (the sealed-agent tests check
+    that only the real one, from the relay, ever arrives)."""
+    auth = request.headers.get("Authorization") or ""
+    return (request.headers.get("x-api-key") or request.headers.get("x-goog-api-key") or request.query.get("key")
+            or (auth[7:] if auth.lower().startswith("bearer ") else auth) or None)

@@ -8,6 +8,8 @@ written back in that protocol's shape. The same markers ([[status:N]], [[slow:MS
     POST /v1/responses                                  OpenAI Responses, not streamed
     POST /openai/deployments/D/chat/completions         Azure OpenAI (api-key, ?api-version= required)
     POST /model/M/converse, /v1/model/M/converse        Bedrock Converse (Authorization: Bearer)
+    POST /v1/models/OWNER/NAME/predictions, /v1/predictions   Replicate (Authorization: Bearer): a finished
+                                                        prediction whose output is the reply's words, a list
     POST /v1/embeddings                                 OpenAI embeddings, deterministic (see embed())
     POST any other path (not /v1/..., /v1beta/..., /openai/...: those are 404)
                                                         a JSON endpoint (provider: http): the prompt is the
@@ -162,6 +164,28 @@ class Bedrock(Protocol):
                 "metrics": {"latencyMs": 1}}
 
 
+class Replicate(Protocol):
+    name = "replicate"
+
+    def read(self, request: web.Request, body: Any) -> Asked:
+        data = body.get("input") if isinstance(body, dict) else None
+        if not isinstance(data, dict) or not isinstance(data.get("prompt"), str):
+            raise BadRequest("input.prompt: a string is required")
+        if request.match_info.get("name") is None and not body.get("version"):
+            raise BadRequest("version: required on /v1/predictions")
+        system = data.get("system_prompt")
+        messages = ([{"role": "system", "content": str(system)}] if system else []) + \
+            [{"role": "user", "content": data["prompt"]}]
+        model = request.match_info.get("name") or body["version"]
+        return Asked(model, messages, data.get("max_new_tokens") or data.get("max_tokens"), self.key(request))
+
+    def answer(self, asked: Asked, text: str, finish: str, t_in: int, n: int) -> dict[str, Any]:
+        words = text.split(" ")
+        return {"id": uuid.uuid4().hex[:20], "model": asked.model, "status": "succeeded",
+                "output": [w if i == 0 else " " + w for i, w in enumerate(words)],  # streamed tokens, as LLMs answer
+                "metrics": {"input_token_count": t_in, "output_token_count": len(text.split())}}
+
+
 class Responses(Protocol):
     name = "responses"
 
@@ -258,5 +282,5 @@ async def embeddings(request: web.Request, check_key: Callable[[str | None], boo
                               "usage": {"prompt_tokens": n, "total_tokens": n}})
 
 
-OPENAI, ANTHROPIC, GEMINI, VERTEX, RESPONSES, AZURE, JSON_ENDPOINT, BEDROCK = (
-    Protocol(), Anthropic(), Gemini(), Vertex(), Responses(), Azure(), JsonEndpoint(), Bedrock())
+OPENAI, ANTHROPIC, GEMINI, VERTEX, RESPONSES, AZURE, JSON_ENDPOINT, BEDROCK, REPLICATE = (
+    Protocol(), Anthropic(), Gemini(), Vertex(), Responses(), Azure(), JsonEndpoint(), Bedrock(), Replicate())

@@ -18,6 +18,9 @@ script single requests, so tests stay deterministic:
     [[slow:MS]]           add MS milliseconds of latency
     [[quota]]             answer 429 insufficient_quota, OpenAI's "no credit left" (never Retry-After)
 
+The batch APIs (OpenAI ``/v1/files`` + ``/v1/batches``, Anthropic ``/v1/messages/batches``) answer each
+line with this same logic: mock/batches.py (``--batch-delay``, ``--batch-max-requests``, its own markers).
+
 ``quota_after=N`` (``--quota-after N``) runs the account dry: after N answered completions,
 every request gets that 429 insufficient_quota.
 
@@ -67,8 +70,13 @@ class TokenBucket:
 class MockProvider:
     def __init__(self, latency_ms: float = 0, error_rate: float = 0.0, rate_limit: float | None = None,
                  api_key: str | None = None, script: list[dict[str, Any]] | None = None, seed: int = 0,
-                 quota_after: int | None = None) -> None:
+                 quota_after: int | None = None, batch_delay_s: float = 0.0,
+                 batch_max_requests: int | None = None) -> None:
+        from .batches import BatchAPIs
+
         self.quota_after = quota_after
+        self.batch_apis = BatchAPIs(self, batch_delay_s, batch_max_requests)
+        self.asked: dict[str, int] = defaultdict(int)  # user message -> requests asking it (live and batched)
         self.answered = 0  # 200 completions (for quota_after)
         self.latency_s = latency_ms / 1000.0
         self.error_rate = error_rate
@@ -78,6 +86,7 @@ class MockProvider:
         self.rng = random.Random(seed)
         self.seen: dict[str, int] = defaultdict(int)
         self.requests = 0
+        self.tokens_sent = [0, 0]  # input, output of every completion answered here (not the agent scripts')
         self.statuses: dict[int, int] = defaultdict(int)
         self.in_flight = self.max_in_flight = 0
         self.log: list[tuple[float, int]] = []  # (arrival, status), for tests of fleet-wide limits
@@ -85,7 +94,8 @@ class MockProvider:
         self.started = time.monotonic()
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=8 * 1024 * 1024)
+        app = web.Application(client_max_size=256 * 1024 * 1024)  # a batch input file (OpenAI's cap: 200 MB)
+        self.batch_apis.attach(app)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/chat/completions", self.chat)
         app.router.add_get("/stats", self.stats)
@@ -98,6 +108,8 @@ class MockProvider:
         app.router.add_post("/v1/models/{call}", self.handler(native.GEMINI))
         app.router.add_post("/model/{model:.+}/converse", self.handler(native.BEDROCK))
         app.router.add_post("/v1/model/{model:.+}/converse", self.handler(native.BEDROCK))
+        app.router.add_post("/v1/models/{name:[^/]+/[^/]+}/predictions", self.handler(native.REPLICATE))
+        app.router.add_post("/v1/predictions", self.handler(native.REPLICATE))
         if getattr(self, "agents", None) is not None:  # --agent-script: mock/agents.py
             self.agents.attach(app)
         else:  # the eval side of the agents' protocols (mock/native.py)
@@ -129,11 +141,14 @@ class MockProvider:
 
     async def stats(self, request: web.Request) -> web.Response:
         body: dict[str, Any] = {"requests": self.requests, "statuses": self.statuses,
-                                "max_in_flight": self.max_in_flight}
+                                "max_in_flight": self.max_in_flight,
+                                "tokens_sent": {"input_tokens": self.tokens_sent[0], "output_tokens": self.tokens_sent[1]}}
         if request.query.get("log"):
             body["log"] = self.log
         if request.query.get("requests"):
             body["recent"] = list(self.recent)
+        if request.query.get("items"):
+            body.update(self.batch_apis.stats(), asked=dict(self.asked))
         return web.json_response(body)
 
     def _error(self, status: int, message: str, retry_after: str | None = None) -> web.Response:
@@ -153,7 +168,16 @@ class MockProvider:
         self.log.append((arrival, resp.status))
         return resp
 
-    async def _chat(self, request: web.Request, proto: Protocol) -> web.StreamResponse:
+    def count_asked(self, body: Any) -> None:
+        """One more request asking the body's last user message (the per-item count tests read)."""
+        try:
+            user = next(m["content"] for m in reversed(body["messages"]) if m.get("role") == "user")
+        except (KeyError, TypeError, StopIteration, AttributeError):
+            return
+        self.asked[user if isinstance(user, str) else json.dumps(user)] += 1
+
+    async def _chat(self, request: web.Request, proto: Protocol, in_batch: bool = False) -> web.StreamResponse:
+        """One completion; ``in_batch``: a line of a batch (no latency: the batch's delay stands for it)."""
         self.requests += 1
         if self.api_key is not None and proto.key(request) != self.api_key:
             # like some gateways, echo what was sent: clients must redact it from their errors
@@ -175,8 +199,9 @@ class MockProvider:
                             "body": body if proto.name != "openai" else None,
                             "system": "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
                             or None})
+        self.asked[user if isinstance(user, str) else json.dumps(user)] += 1
         marks = {name: arg for name, arg in _MARK.findall(user)}
-        delay = self.latency_s + float(marks.get("slow") or 0) / 1000.0
+        delay = 0.0 if in_batch else self.latency_s + float(marks.get("slow") or 0) / 1000.0
         if delay:
             await asyncio.sleep(delay)
         if "drop" in marks:
@@ -228,6 +253,8 @@ class MockProvider:
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
         self.statuses[200] += 1
         self.answered += 1
+        self.tokens_sent[0] += prompt_tokens
+        self.tokens_sent[1] += len(text.split())  # what every protocol's answer reports as output
         return web.json_response(proto.answer(asked, text, finish, prompt_tokens, self.requests))
 
     def _reply(self, model: str, user: str, marks: dict[str, str]) -> tuple[str, str]:

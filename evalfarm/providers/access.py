@@ -19,7 +19,11 @@ DEFAULT_KEY_ENVS = ("EVAL_API_KEY", "EVAL_JUDGE_API_KEY", "OPENAI_API_KEY", "ANT
                     "GOOGLE_API_KEY", "OPENROUTER_API_KEY", "MISTRAL_API_KEY", "GROQ_API_KEY", "TOGETHER_API_KEY",
                     "DEEPSEEK_API_KEY", "AZURE_OPENAI_API_KEY", "AZURE_API_KEY", "VERTEX_API_KEY", "XAI_API_KEY",
                     "PERPLEXITY_API_KEY", "HYPERBOLIC_API_KEY", "FIREWORKS_API_KEY", "CEREBRAS_API_KEY",
-                    "AWS_BEARER_TOKEN_BEDROCK")
+                    "AWS_BEARER_TOKEN_BEDROCK", "NSCALE_SERVICE_TOKEN", "COMETAPI_KEY", "AIML_API_KEY",
+                    "HELICONE_API_KEY", "VERCEL_AI_GATEWAY_API_KEY", "DOCKER_MODEL_RUNNER_API_KEY",
+                    "TRUEFOUNDRY_API_KEY", "REPLICATE_API_TOKEN")
+# Not in the default: tokens that open more than a model API (GITHUB_TOKEN, HF_TOKEN, DATABRICKS_TOKEN,
+# CLOUDFLARE_API_KEY); a host that wants them allows them by name.
 
 
 class KeyRefused(ProviderError):

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from .openai import OpenAIAdapter, openai_judge
-from .wire import Wire, bad, renamed, split_system, tokens
+from .wire import Wire, bad, renamed, split_system, tokens, tool_text
 
 BASE_URL = "https://api.anthropic.com/v1"
 API_VERSION = "2023-06-01"
@@ -41,7 +41,8 @@ class AnthropicWire(Wire):
     def parse(self, ep: Any, data: Any) -> tuple[str, str, int, int]:
         try:
             blocks = data["content"]
-            text = "".join(b.get("text") or "" for b in blocks if b.get("type") == "text")
+            text = tool_text([b.get("text") or "" for b in blocks if b.get("type") == "text"],
+                             [b for b in blocks if b.get("type") == "tool_use"])
             stop = data.get("stop_reason")
         except (KeyError, TypeError, AttributeError):
             raise bad("not an Anthropic message", data) from None

@@ -11,10 +11,43 @@ from typing import Any
 from urllib.parse import quote
 
 from .openai import OpenAIAdapter, openai_judge
-from .wire import Wire, bad, renamed, split_system, tokens
+from .wire import Wire, bad, renamed, split_system, tokens, tool_text
 
 _INFERENCE = {"max_tokens": "maxTokens", "max_completion_tokens": "maxTokens", "top_p": "topP",
               "stop": "stopSequences", "temperature": "temperature"}
+
+
+_TOOL_KEYS = ("toolConfig", "tools", "toolChoice", "tool_choice")
+
+
+def _tool_spec(tool: Any) -> Any:
+    """One tool as Converse's ``toolSpec``: written so already, or in OpenAI's or Anthropic's form."""
+    if not isinstance(tool, dict) or "toolSpec" in tool or "cachePoint" in tool:
+        return tool
+    fn = tool.get("function") if tool.get("type") == "function" else tool
+    schema = fn.get("parameters", fn.get("input_schema", fn.get("inputSchema", {"type": "object"})))
+    spec = {"name": fn.get("name"), "inputSchema": schema if "json" in schema else {"json": schema}}
+    if fn.get("description"):
+        spec["description"] = fn["description"]
+    return {"toolSpec": spec}
+
+
+def _tool_config(params: dict[str, Any]) -> dict[str, Any] | None:
+    """Converse's ``toolConfig``: as given, or built from ``tools`` and ``toolChoice``/``tool_choice``
+    (auto, any, or a tool name; Anthropic's {type: tool, name} too)."""
+    config = dict(params.get("toolConfig") or {})
+    if params.get("tools"):
+        config["tools"] = [_tool_spec(t) for t in params["tools"]]
+    choice = params.get("toolChoice", params.get("tool_choice"))
+    if isinstance(choice, str):
+        choice = {choice: {}} if choice in ("auto", "any") else {"tool": {"name": choice}}
+    elif isinstance(choice, dict) and choice.get("type") in ("auto", "any"):
+        choice = {choice["type"]: {}}
+    elif isinstance(choice, dict) and choice.get("type") == "tool":
+        choice = {"tool": {"name": choice.get("name")}}
+    if choice is not None and config.get("tools"):
+        config["toolChoice"] = choice
+    return config or None
 
 
 def bedrock_base(region: str) -> str:
@@ -30,7 +63,10 @@ class BedrockWire(Wire):
     def body(self, ep: Any, messages: list[dict[str, str]], params: dict[str, Any]) -> bytes:
         system, rest = split_system(messages)
         config, extra = {}, {}
+        tools = _tool_config(params)
         for key, value in params.items():
+            if key in _TOOL_KEYS:
+                continue
             if key in _INFERENCE:
                 config[_INFERENCE[key]] = value
             else:
@@ -44,12 +80,15 @@ class BedrockWire(Wire):
             body["inferenceConfig"] = config
         if extra:
             body["additionalModelRequestFields"] = extra
+        if tools:
+            body["toolConfig"] = tools
         return json.dumps(body).encode()
 
     def parse(self, ep: Any, data: Any) -> tuple[str, str, int, int]:
         try:
             blocks = data["output"]["message"]["content"]
-            text = "".join(b.get("text") or "" for b in blocks if isinstance(b, dict))
+            blocks = [b for b in blocks if isinstance(b, dict)]
+            text = tool_text([b.get("text") or "" for b in blocks], [b for b in blocks if "toolUse" in b])
             stop = data.get("stopReason")
         except (KeyError, TypeError, AttributeError):
             raise bad("not a Bedrock Converse answer", data) from None

@@ -4,7 +4,9 @@ with ``Authorization: Bearer`` and an access token, e.g. ``gcloud auth print-acc
 
 The system prompt is ``systemInstruction``; params become ``generationConfig`` (``max_tokens`` ->
 ``maxOutputTokens``, ``top_p`` -> ``topP``, ``stop`` -> ``stopSequences``); usage is
-``usageMetadata.promptTokenCount``/``candidatesTokenCount``; ``finishReason: MAX_TOKENS`` is truncated."""
+``usageMetadata.promptTokenCount``/``candidatesTokenCount``; ``finishReason: MAX_TOKENS`` is truncated.
+The params ``tools``, ``toolConfig`` and ``systemInstruction`` are request fields (the prompt's system wins);
+function calls in the answer become JSON text after any text (``wire.tool_text``)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .openai import OpenAIAdapter, openai_judge
-from .wire import Wire, bad, renamed, split_system, tokens
+from .wire import Wire, bad, renamed, split_system, tokens, tool_text
 
 BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 _CONFIG = {"max_tokens": "maxOutputTokens", "max_completion_tokens": "maxOutputTokens", "top_p": "topP",
@@ -40,7 +42,12 @@ class GeminiWire(Wire):
             config["stopSequences"] = [config["stopSequences"]]
         body: dict[str, Any] = {"contents": [{"role": "model" if m["role"] == "assistant" else "user",
                                               "parts": [{"text": m["content"]}]} for m in rest]}
-        if system is not None:
+        for key in ("tools", "toolConfig", "systemInstruction"):  # request fields, not generation options
+            if key in config:
+                body[key] = config.pop(key)
+        if isinstance(body.get("systemInstruction"), str):  # promptfoo's short form: the text
+            body["systemInstruction"] = {"parts": [{"text": body["systemInstruction"]}]}
+        if system is not None:  # the prompt's system prompt wins over an adapter's systemInstruction
             body["systemInstruction"] = {"parts": [{"text": system}]}
         if config:
             body["generationConfig"] = config
@@ -50,7 +57,8 @@ class GeminiWire(Wire):
         try:
             candidate = data["candidates"][0]
             parts = (candidate.get("content") or {}).get("parts") or []
-            text = "".join(p.get("text") or "" for p in parts if isinstance(p, dict))
+            parts = [p for p in parts if isinstance(p, dict)]
+            text = tool_text([p.get("text") or "" for p in parts], [p for p in parts if "functionCall" in p])
             finish = candidate.get("finishReason")
         except (KeyError, IndexError, TypeError, AttributeError):
             raise bad("not a Gemini generateContent answer", data) from None

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from .openai import OpenAIAdapter, openai_judge
-from .wire import Wire, bad, renamed, split_system, tokens
+from .wire import Wire, bad, renamed, split_system, tokens, tool_text
 
 
 class ResponsesWire(Wire):
@@ -30,8 +30,9 @@ class ResponsesWire(Wire):
 
     def parse(self, ep: Any, data: Any) -> tuple[str, str, int, int]:
         try:
-            text = "".join(c.get("text") or "" for item in data["output"] if item.get("type") == "message"
-                           for c in item.get("content") or [] if c.get("type") == "output_text")
+            text = tool_text([c.get("text") or "" for item in data["output"] if item.get("type") == "message"
+                              for c in item.get("content") or [] if c.get("type") == "output_text"],
+                             [item for item in data["output"] if item.get("type") == "function_call"])
             status = data.get("status")
         except (KeyError, TypeError, AttributeError):
             raise bad("not a Responses API answer", data) from None

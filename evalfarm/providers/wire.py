@@ -43,7 +43,8 @@ class Wire:
 
     def url(self, ep: Any) -> str:
         base = ep.base_url.rstrip("/")
-        return base if base.endswith("/chat/completions") else base + "/chat/completions"
+        # a full URL is used as it is: .../chat/completions, or a serving endpoint's .../invocations (Databricks)
+        return base if base.endswith(("/chat/completions", "/invocations")) else base + "/chat/completions"
 
     def method(self, ep: Any) -> str:
         return "POST"
@@ -57,15 +58,27 @@ class Wire:
     def parse(self, ep: Any, data: Any) -> tuple[str, str, int, int]:
         try:
             choice = data["choices"][0]
-            text = choice["message"].get("content") or ""
+            message = choice["message"]
+            text = message.get("content") or ""
+            calls = message.get("function_call") or message.get("tool_calls")
             finish = choice.get("finish_reason") or "stop"
         except (KeyError, IndexError, TypeError, AttributeError):
             raise bad("not a chat completion", data) from None
+        if calls:  # as promptfoo's output: the calls, or the whole message when it also has text
+            text = json.dumps(message if text else calls)
         t_in, t_out = tokens(data.get("usage"), ("prompt_tokens", "completion_tokens"))
         return text, finish, t_in, t_out
 
 
 OPENAI_CHAT = Wire()
+
+
+def tool_text(texts: list[str], calls: list[Any]) -> str:
+    """An answer's text with its tool calls: each call as one JSON object after the text (promptfoo's
+    output for the native APIs), so checks and judges see which tool was called with what."""
+    if not calls:
+        return "".join(texts)
+    return "\n\n".join([t for t in texts if t] + [json.dumps(c) for c in calls])
 
 
 def split_system(messages: list[dict[str, str]]) -> tuple[str | None, list[dict[str, str]]]:

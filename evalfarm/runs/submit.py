@@ -98,6 +98,12 @@ class Orchestrator:
         if spec.budget_usd is not None and "budget_usd" not in (options or {}):  # the spec's budget_usd
             options = {**(options or {}), "budget_usd": spec.budget_usd}
         plan = plan_run(spec, source, engine.configs(), trials, options, run_id)
+        if stored is None and _batched(spec):
+            from ..providers.batches import batch_engine
+            from .batches import BatchJournal
+
+            if getattr(self.backend, "mode", "") == "embedded":  # the farm's workers submit and poll them
+                batch_engine(engine, spec, plan.run_id, BatchJournal(self.store, plan.run_id))
         self.backend.start(plan, engine, on_progress)
         return plan
 
@@ -109,6 +115,10 @@ class Orchestrator:
 
     def report(self, run_id: str) -> RunReport:
         return RunReport.from_dict(json.loads(self.report_bytes(run_id)))
+
+
+def _batched(spec: EvalSpec) -> bool:
+    return any(getattr(a, "batch", None) for a in spec.adapters) or bool(spec.judge and spec.judge.batch)
 
 
 @dataclass

@@ -215,10 +215,26 @@ class PromptSpec(_Model):
 
 
 class Price(_Model):
-    """USD per million tokens."""
+    """USD per million tokens; ``batch_input``/``batch_output``: the provider's batch-API price (its own entry:
+    about half the live one; unset: a batched call is priced at the live price, an upper bound)."""
 
     input: float = Field(ge=0)
     output: float = Field(ge=0)
+    batch_input: float | None = Field(default=None, ge=0)
+    batch_output: float | None = Field(default=None, ge=0)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        return _drop_unset(handler(self), ("batch_input", "batch_output"))
+
+    @property
+    def has_batch(self) -> bool:
+        return self.batch_input is not None and self.batch_output is not None
+
+    def batched(self) -> "Price":
+        """The price of a call sent through the provider's batch API."""
+        return Price(input=self.input if self.batch_input is None else self.batch_input,
+                     output=self.output if self.batch_output is None else self.batch_output)
 
 
 def check_env_name(value: str) -> str:
@@ -253,6 +269,9 @@ class _Endpoint(_Model):
     timeout_s: float = Field(default=120.0, gt=0)
     max_in_flight: int | None = Field(default=None, ge=1)  # per endpoint and key, across the fleet
     requests_per_minute: int | None = Field(default=None, ge=1)  # per endpoint and key, across the fleet
+    # send through the provider's batch API (openai, anthropic): how a call travels, not what it asks, so
+    # it is in neither item keys nor the spec hash
+    batch: bool | None = None
 
     @field_validator("api_key_env")
     @classmethod
@@ -272,7 +291,8 @@ AGENT_KEY_ENVS = {"claude": "ANTHROPIC_API_KEY", "codex": "OPENAI_API_KEY", "gem
 AGENT_TIMEOUT_S = 1800.0  # an agent adapter's default timeout_s: the budget of one spawned task
 
 
-NATIVE_PROVIDERS = ("anthropic", "gemini", "vertex", "openai-responses", "azure", "http", "bedrock")  # providers/*.py
+BATCH_PROVIDERS = ("openai", "anthropic")  # providers/batch_openai.py, providers/batch_anthropic.py
+NATIVE_PROVIDERS = ("anthropic", "gemini", "vertex", "openai-responses", "azure", "http", "bedrock", "replicate")  # providers/*.py
 
 
 class HttpSpec(_Model):
@@ -306,7 +326,7 @@ class HttpSpec(_Model):
 class AdapterSpec(_Endpoint):
     """A model under test behind an OpenAI-compatible endpoint, a native protocol (``provider:`` one of
     anthropic, gemini, vertex, openai-responses, azure (``api_version`` required), http (``http:``
-    block), bedrock (Converse)), or (``provider: agent``) a coding agent
+    block), bedrock (Converse), replicate (predictions)), echo (the answer is the prompt), or (``provider: agent``) a coding agent
     run in a git worktree of the spec's ``workspace``: ``agent`` names its CLI, ``template`` is the
     command line of ``agent: command``, ``args`` go to the agent's argv; ``base_url`` is the model
     endpoint the agent calls (unset: the agent's own default) and ``timeout_s`` the task budget."""
@@ -322,7 +342,7 @@ class AdapterSpec(_Endpoint):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> Any:
-        return _drop_unset(handler(self), ("agent", "template", "args", "api_version", "http"))
+        return _drop_unset(handler(self), ("agent", "template", "args", "api_version", "http", "batch"))
 
     @field_validator("api_version", mode="before")
     @classmethod
@@ -360,6 +380,8 @@ class AdapterSpec(_Endpoint):
             raise ValueError("provider azure needs api_version (the Azure OpenAI API version, e.g. 2024-10-21)")
         if self.api_version is not None and self.provider not in ("azure", "anthropic"):
             raise ValueError("'api_version' goes with provider azure or anthropic")
+        if self.batch and self.provider not in BATCH_PROVIDERS:
+            raise ValueError(f"'batch' goes with provider {' or '.join(BATCH_PROVIDERS)} (their batch APIs)")
         return self
 
     @property
@@ -377,6 +399,16 @@ class JudgeSpec(_Endpoint):
     weight: float = Field(default=0.5, ge=0.0, le=1.0)
     pass_score: float = Field(default=0.5, ge=0.0, le=1.0)
     api_key_env: str = "EVAL_JUDGE_API_KEY"
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        return _drop_unset(handler(self), ("batch",))
+
+    @model_validator(mode="after")
+    def _batch_provider(self) -> "JudgeSpec":
+        if self.batch and self.provider not in BATCH_PROVIDERS:
+            raise ValueError(f"'batch' goes with provider {' or '.join(BATCH_PROVIDERS)} (their batch APIs)")
+        return self
 
 
 class Thresholds(_Model):
@@ -525,3 +557,23 @@ class EvalSpec(_Model):
                 return (("prompts", i, field), f"only agents run {field}: add workspace: {{repo, base}} and "
                                                "agent adapters (provider: agent)")
         return None
+
+
+def with_batch(spec: EvalSpec) -> EvalSpec:
+    """``--batch``: every adapter and the judge that can go through a provider batch API does."""
+    adapters = [a.model_copy(update={"batch": True}) if isinstance(a, AdapterSpec) and a.provider in BATCH_PROVIDERS
+                else a for a in spec.adapters]
+    judge = spec.judge
+    if judge is not None and judge.provider in BATCH_PROVIDERS:
+        judge = judge.model_copy(update={"batch": True})
+    return spec.model_copy(update={"adapters": adapters, "judge": judge})
+
+
+def strip_batch(dumped: dict[str, Any]) -> dict[str, Any]:
+    """A spec dump without ``batch`` flags: the spec hash is the same whether the calls are batched or live."""
+    for entry in dumped.get("adapters") or []:
+        if isinstance(entry, dict):
+            entry.pop("batch", None)
+    if isinstance(dumped.get("judge"), dict):
+        dumped["judge"].pop("batch", None)
+    return dumped

@@ -14,6 +14,8 @@ RUN_BATCH = "evalfarm.run_batch"
 JUDGE_BATCH = "evalfarm.judge_batch"
 AGGREGATE = "evalfarm.aggregate"
 SPAWN_ITEM = "evalfarm.spawn_item"  # one coding-agent item per task (spawn.py)
+BATCH_SUBMIT = "evalfarm.batch_submit"  # provider batch APIs (batches.py): short tasks on the aggregate queue
+BATCH_POLL = "evalfarm.batch_poll"
 
 
 def transport_options(visibility_timeout: int) -> dict:
@@ -45,7 +47,8 @@ def create_app(settings: FarmSettings, pool: Pool | None = None) -> Celery:
         task_queues=[Queue(q, Exchange(q, type="direct"), routing_key=q) for q in QUEUES],
         task_default_exchange="provider", task_default_routing_key="provider",
         task_routes={RUN_BATCH: {"queue": "provider"}, JUDGE_BATCH: {"queue": "judge"},
-                     AGGREGATE: {"queue": "aggregate"}, SPAWN_ITEM: {"queue": "spawn"}},
+                     AGGREGATE: {"queue": "aggregate"}, SPAWN_ITEM: {"queue": "spawn"},
+                     BATCH_SUBMIT: {"queue": "aggregate"}, BATCH_POLL: {"queue": "aggregate"}},
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,  # a partitioned worker reconnects whenever the link is back
         broker_transport_options=transport_options(settings.visibility_timeout),

@@ -20,8 +20,8 @@ from ...errors import InfrastructureError
 from ...logs import get_logger
 from ...redact import redact
 from ..finalize import finalize
-from . import work
-from .app import AGGREGATE, JUDGE_BATCH, RUN_BATCH, create_app
+from . import batches, work
+from .app import AGGREGATE, BATCH_POLL, BATCH_SUBMIT, JUDGE_BATCH, RUN_BATCH, create_app
 from .limits import install
 from .pools import Pool
 from .quota import install as install_quota
@@ -83,7 +83,11 @@ def register(app: Celery, settings: FarmSettings) -> None:
         app.send_task(JUDGE_BATCH, args=[run_id, keys], queue="judge")
 
     @app.task(name=RUN_BATCH, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-    def run_batch(run_id: str, keys: list[str]) -> int:
+    def run_batch(run_id: str, keys: list[str], seg: int | None = None) -> int:
+        if seg is not None:  # an archived run's batch: segment ``seg`` of its plan on the archive
+            return until_done(RUN_BATCH, run_id, lambda: work.execute_segment(
+                store_for(url), run_id, int(seg), settings.max_in_flight, enqueue_aggregate, settings.time_limit_s,
+                url, settings.blob_dir))
         return until_done(RUN_BATCH, run_id, lambda: work.execute_batch(
             store_for(url), run_id, keys, settings.max_in_flight, enqueue_aggregate, enqueue_judge,
             settings.time_limit_s, url, settings.blob_dir))
@@ -93,6 +97,24 @@ def register(app: Celery, settings: FarmSettings) -> None:
         return until_done(JUDGE_BATCH, run_id, lambda: work.execute_judge(
             store_for(url), run_id, keys, settings.max_in_flight, enqueue_aggregate, settings.time_limit_s, url,
             settings.blob_dir))
+
+    def schedule_poll(run_id: str, batch_id: str, attempt: int, delay_s: float) -> None:
+        app.send_task(BATCH_POLL, args=[run_id, batch_id, attempt], queue="aggregate", countdown=delay_s)
+
+    @app.task(name=BATCH_SUBMIT, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+    def batch_submit(run_id: str, keys: list[str], adapter: str, attempt: int = 0) -> int:
+        return len(until_done(BATCH_SUBMIT, run_id, lambda: batches.submit(
+            store_for(url), run_id, keys, adapter, attempt, url,
+            lambda bid, n, d: schedule_poll(run_id, bid, n, d),
+            lambda live: app.send_task(RUN_BATCH, args=[run_id, live], queue="provider"))))
+
+    @app.task(name=BATCH_POLL, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+    def batch_poll(run_id: str, batch_id: str, attempt: int = 0) -> str:
+        return until_done(BATCH_POLL, run_id, lambda: batches.poll(
+            store_for(url), run_id, batch_id, attempt, url, lambda bid, n, d: schedule_poll(run_id, bid, n, d),
+            lambda keys: app.send_task(RUN_BATCH, args=[run_id, keys], queue="provider"),
+            lambda keys, adapter, n: app.send_task(BATCH_SUBMIT, args=[run_id, keys, adapter, n], queue="aggregate"),
+            enqueue_judge, enqueue_aggregate))
 
     @app.task(name=AGGREGATE, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def aggregate(run_id: str) -> bool:
