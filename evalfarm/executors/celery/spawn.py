@@ -17,7 +17,9 @@ Two things are specific to agents:
 - while a task runs, its message's lease in the broker is renewed (``kombu``'s ``unacked_index``
   score, every quarter of the visibility timeout): a live worker's long agent run is never
   redelivered to another worker, whatever the timeout, while a dead worker's task comes back once
-  the visibility timeout has passed.
+  the visibility timeout has passed;
+- while a task runs, a cancel of its run stops it within a poll (``cancel_watch``): the agent's
+  sandbox (its PID namespace) is killed and its item left unrecorded, for ``resume``.
 """
 from __future__ import annotations
 
@@ -208,7 +210,7 @@ def register_spawn(app: Celery, settings: FarmSettings, spawn: FarmSettings) -> 
             # the message while it runs
             return until_done(SPAWN_ITEM, run_id, lambda: work.execute_batch(
                 store_for(url), run_id, keys, settings.max_in_flight, enqueue_aggregate, enqueue_judge, None, url,
-                settings.blob_dir))
+                settings.blob_dir, stop_on_cancel=True))
 
 
 def spawn_worker_app(settings: FarmSettings, pool: Pool, allow_unsandboxed: bool = False) -> Celery:

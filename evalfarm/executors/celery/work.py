@@ -29,6 +29,7 @@ from ..finalize import spec_of
 from ..store import RunStore
 from .budget import spend_guard
 from .cache import RedisCache
+from .cancel_watch import CANCEL_WATCH
 from .limits import run_slots
 
 log = get_logger("evalfarm.work")
@@ -199,10 +200,47 @@ def _deadline(time_limit_s: float | None) -> float | None:
     return time.monotonic() + time_limit_s if time_limit_s else None
 
 
+async def _unless_stopped(limit: int, calls: list[Callable[[], Awaitable[T]]],
+                          watch: Callable[[Callable[[], None]], Any] | None) -> tuple[list[T], int]:
+    """Await every call, at most ``limit`` at once (results in input order), unless ``watch`` calls the
+    stop it is given first: then the calls still running are cancelled (an agent's sandbox is killed by
+    its adapter) and only the finished ones are returned, with how many were stopped."""
+    if watch is None:
+        return await bounded(limit, calls), 0
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    sem = asyncio.Semaphore(limit)
+
+    async def one(call: Callable[[], Awaitable[T]]) -> T:
+        async with sem:
+            return await call()
+
+    tasks = [asyncio.ensure_future(one(c)) for c in calls]
+    everything = asyncio.gather(*tasks)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        with watch(lambda: loop.call_soon_threadsafe(stop.set)):
+            await asyncio.wait([everything, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if everything.done():
+        return everything.result(), 0
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)  # each item's own cleanup has run
+    if everything.done() and not everything.cancelled():
+        everything.exception()  # retrieved: no "exception was never retrieved" at exit
+    kept = [t.result() for t in tasks if not t.cancelled() and t.exception() is None]
+    return kept, sum(1 for t in tasks if t.cancelled())
+
+
 def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: int,
                   enqueue_aggregate: Callable[[str], None], enqueue_judge: Enqueue,
-                  time_limit_s: float | None = None, store_url: str | None = None, blob_dir: str | None = None) -> int:
-    """Call the adapter for the batch's unfinished items; returns how many were called."""
+                  time_limit_s: float | None = None, store_url: str | None = None, blob_dir: str | None = None,
+                  stop_on_cancel: bool = False) -> int:
+    """Call the adapter for the batch's unfinished items; returns how many were called. With
+    ``stop_on_cancel`` (agent items: minutes each), a cancel of the run while the batch runs stops its
+    items within a poll (``cancel_watch``): they are not recorded, so ``resume`` runs them again."""
     ctx = context_for(store, run_id, store_url, blob_dir)
     if ctx is None:
         log.warning("batch_for_unknown_run", run_id=run_id)
@@ -225,14 +263,20 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
             await progress.add(engine.decide(result))
         return result
 
-    async def batch() -> list[Outcome | InfrastructureError]:
+    watch = (lambda stop: CANCEL_WATCH.watching(store, run_id, stop)) if stop_on_cancel else None
+
+    async def batch() -> tuple[list[Outcome | InfrastructureError], int]:
         try:
-            return await bounded(ctx.in_flight(max_in_flight), [lambda i=i: one(i) for i in items])
+            return await _unless_stopped(ctx.in_flight(max_in_flight), [lambda i=i: one(i) for i in items], watch)
         finally:
             if progress is not None:
                 await progress.flush()
 
-    outcomes, failed = _split(WORKER_LOOP.run(batch) if items else [])
+    results, stopped = WORKER_LOOP.run(batch) if items else ([], 0)
+    if stopped:
+        log.warning("batch_stopped_by_cancel", run_id=run_id, stopped=stopped, finished=len(results),
+                    state=store.get_state(run_id))
+    outcomes, failed = _split(results)
     if progress is None:
         needs_judge = [o for o in outcomes if o.error is None and not o.skipped]  # budget-skipped: nothing to judge
         judged_ids = {id(o) for o in needs_judge}
