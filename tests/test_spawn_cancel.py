@@ -20,10 +20,13 @@ from test_agent_seal import probe_adapter, write
 from test_agent_seal_stop import new_token, relay_dirs, with_token
 
 
-@pytest.fixture
-def farm(tmp_path, redis_server, start_worker):
+@pytest.fixture(params=["own-spawn-broker", "shared-broker"])
+def farm(request, tmp_path, redis_server, start_worker):
+    """The spawn queue on its own broker database, or on the main broker (where the agent's message sits
+    in the same ``unacked`` hash as the provider batches: the cancel must not say it came too late)."""
     main = redis_server.url
-    env = spawn_env(tmp_path, EVALFARM_SPAWN_BROKER_URL=main[:-1] + "1")
+    env = spawn_env(tmp_path, **({"EVALFARM_SPAWN_BROKER_URL": main[:-1] + "1"}
+                                 if request.param == "own-spawn-broker" else {}))
     start_worker(main, pool="aggregate", concurrency=1, **env)
 
     class Farm:

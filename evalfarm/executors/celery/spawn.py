@@ -134,6 +134,18 @@ def spawn_keys_in_broker(settings: FarmSettings, run_id: str) -> set[str]:
     return keys
 
 
+def spawn_keys_in_hands(r, run_id: str) -> set[str]:
+    """Item keys of ``run_id`` whose spawn task is in a worker's hands in the broker ``r`` (its
+    ``unacked`` hash): a cancel stops those agents, so they count as something a cancel stops."""
+    keys: set[str] = set()
+    for raw in r.hvals(UNACKED):
+        m = _decode(raw)
+        if m and m["task"] == SPAWN_ITEM and m["args"] and m["args"][0] == run_id and len(m["args"]) > 1 \
+                and isinstance(m["args"][1], list):
+            keys.update(m["args"][1])
+    return keys
+
+
 class Lease:
     """Keeps a running task's message from being redelivered: bumps its score in kombu's
     ``unacked_index`` (the delivery time the visibility timeout counts from) every ``every_s``.
