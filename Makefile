@@ -159,3 +159,9 @@ $(EVALFARM_AGENTS_DIR)/aider/.pinned-%:
 # Opt-in: every agent test, including real aider, Gemini CLI and opencode (installs them first).
 test-agents: venv agents-all
 	EVALFARM_OPTIN_AGENTS=1 $(BIN)/python -m pytest -q tests/test_agents_*.py
+
+# issue 23: N mock items on the farm with 2 workers, archived (ITEMS=1000000 for the overnight figure)
+ITEMS ?= 100000
+.PHONY: bench-scale
+bench-scale: venv
+	$(BIN)/python bench/scale.py --items $(ITEMS) --json bench/scale-$(ITEMS).json

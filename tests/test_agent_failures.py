@@ -23,6 +23,12 @@ TASKS = [  # id, prompt, check, timeout_s -> class, retried, in the denominator
     ("nocheck", EDIT, "no-such-checker-7f3a hello.py", None, "verifier_failed", False, False),
     ("nocli", "exec /nonexistent/agent-cli-7f3a", CHECK, None, "infra_failed", True, False),
     ("down", f"[[status:503]]\n{EDIT}", CHECK, None, "infra_failed", True, False),
+    # the agent's own words name a 503 (its test of the app said so), but the relay saw the endpoint answer:
+    # the agent failed; on words alone it was infra_failed, retried and left out of the denominator
+    # the endpoint hangs on the agent's only call until the task's time is up: not the agent's timeout
+    ("hung", f"[[slow:8000]]\n{EDIT}", CHECK, 3, "infra_failed", True, False),
+    ("words", "echo 'the app said: HTTP 503 Service Unavailable' >&2; exit 1", CHECK, None, "agent_failed", False,
+     True),
 ]
 
 
@@ -63,13 +69,14 @@ def test_each_fault_gets_its_class_and_only_infra_is_retried(run):
 def test_infra_and_verifier_failures_are_out_of_the_denominator_and_reported_as_coverage(run):
     report, _ = run
     fig = report["per_adapter"]["fake"]
-    assert fig["failure_classes"] == {"passed": 1, "agent_failed": 1, "agent_timeout": 1, "verifier_failed": 1,
-                                      "infra_failed": 2}
-    assert (fig["measured"], fig["items"], fig["passed"], fig["pass_rate"]) == (3, 6, 1, pytest.approx(1 / 3, abs=1e-6))
+    assert fig["failure_classes"] == {"passed": 1, "agent_failed": 2, "agent_timeout": 1, "verifier_failed": 1,
+                                      "infra_failed": 3}
+    assert (fig["measured"], fig["items"], fig["passed"], fig["pass_rate"]) == (4, 8, 1, pytest.approx(1 / 4, abs=1e-6))
     assert fig["coverage"] == 0.5
-    assert fig["coverage_line"] == ("pass rate 33% over 3 of 6 tasks; 2 infrastructure failures; 1 check failure")
+    assert fig["coverage_line"] == ("pass rate 25% over 4 of 8 tasks; 3 infrastructure failures; 1 check failure")
     reasons = {u["prompt_id"]: (u["class"], u["reason"]) for u in fig["unmeasured"]}
-    assert set(reasons) == {"nocheck", "nocli", "down"}
+    assert set(reasons) == {"nocheck", "nocli", "down", "hung"}
+    assert "the model endpoint had not answered its last call" in reasons["hung"][1]
     assert "503" in reasons["down"][1] and "127" in reasons["nocli"][1]
     assert "exit 127" in reasons["nocheck"][1]
 
@@ -84,13 +91,13 @@ def test_console_and_markdown_say_the_coverage_and_the_infra_headline(run):
 
     report, _ = run
     md = render_markdown(report)
-    headline = "INFRASTRUCTURE FAILURES: 2 of 6 agent tasks (33%) could not be measured (more than 20%)"
+    headline = "INFRASTRUCTURE FAILURES: 3 of 8 agent tasks (38%) could not be measured (more than 20%)"
     assert headline in md and md.index(headline) < md.index("- result:")
-    assert "- fake: pass rate 33% over 3 of 6 tasks; 2 infrastructure failures; 1 check failure" in md
+    assert "- fake: pass rate 25% over 4 of 8 tasks; 3 infrastructure failures; 1 check failure" in md
     buf = io.StringIO()
     print_summary(report, [], Console(file=buf, width=200))
     text = buf.getvalue()
-    assert headline in text and "fake: pass rate 33% over 3 of 6 tasks" in text
+    assert headline in text and "fake: pass rate 25% over 4 of 8 tasks" in text
     assert "unmeasured down (infra_failed): " in text and "HTTP 503" in text
 
 
@@ -169,6 +176,25 @@ def test_worker_metrics_count_agent_items_by_failure_class(run):
         metrics.record_outcome(o)
     after = {c: metrics.REGISTRY.get_sample_value("evalfarm_agent_items_total", {"adapter": "fake", "failure_class": c})
              for c in before}
-    assert {c: after[c] - before[c] for c in before} == {"passed": 1, "infra_failed": 2, "agent_timeout": 1}
+    assert {c: after[c] - before[c] for c in before} == {"passed": 1, "infra_failed": 3, "agent_timeout": 1}
     slow = next(o for o in report["outcomes"] if o["prompt_id"] == "slow")
     assert metrics.status_of(slow) == "failed"  # measured, as the report counts it
+
+
+def test_budget_stopped_agent_items_are_a_failure_class_of_the_report(tmp_path):
+    """Two agent tasks one at a time under --max-cost below the first task's cost: the second is never
+    sent, and the report counts it as budget_stopped (unmeasured), not as an error or a plain skip."""
+    from spawn_support import FAKE_TEMPLATE
+
+    repo = make_repo(tmp_path / "repo")
+    adapter = {"id": "fake", "provider": "agent", "agent": "command", "template": FAKE_TEMPLATE, "model": "fake-1"}
+    spec = write_spec(tmp_path / "budget.yaml", repo, [{"id": f"t{i}", "text": "ok", "check": "true"} for i in (1, 2)],
+                      adapters=[adapter], isolation="none")
+    res = run_cli("run", str(spec), "--json", "--no-save", "--max-cost", "0.004", "--force", cwd=tmp_path, timeout=120,
+                  **spawn_env(tmp_path, EVALFARM_SPAWN_CONCURRENCY="1"))
+    report = report_of(res)
+    assert [o["failure_class"] for o in report["outcomes"]] == ["passed"]  # the unsent one is left, not an outcome
+    assert report["stopped"] == "budget" and report["budget"]["items_left"] == 1
+    fig = report["per_adapter"]["fake"]
+    assert fig["failure_classes"] == {"passed": 1, "budget_stopped": 1}
+    assert fig["coverage_line"] == "pass rate 100% over 1 of 2 tasks; 1 stopped by the budget"

@@ -47,15 +47,23 @@ def test_real_agent_trajectory_has_the_scripted_steps_and_no_secret(tmp_path, ag
     results = {s["tool_call_id"]: s for s in steps if s["source"] == "tool_result"}
     calls = [e for e in server.model_calls() if e["model"] == MODELS[agent]]
     models = [s for s in steps if s["source"] == "model_call"]
+    # the relay's record is the second source: both accounts agree (calls and tokens), nothing marked
+    assert traj["sources"] == ["agent", "relay"] and traj["agreement"]["mismatched"] is False, traj["agreement"]
+    assert traj["agreement"]["relay_tokens"] == [4500, 90] and "trajectory_mismatch" not in out["agent"]
     if agent == "claude":
         assert [t["name"] for t in tools] == ["Read", "Edit"]
         assert tools[1]["arguments"]["new_string"] == 'print("hello, world")'
-        # each model reply's input tokens are the ones the server sent for that request, in order
+        # each model reply's input tokens are the ones the server sent for that request, in order, seen by both
         assert [m["input_tokens"] for m in models] == [e["usage"]["input_tokens"] for e in calls] == [1000, 1500, 2000]
-    else:
+        assert [m["relay"]["input_tokens"] for m in models] == [1000, 1500, 2000]
+        assert all(m["seen_by"] == ["agent", "relay"] and m["latency_ms"] > 0 for m in models)
+        assert traj["agreement"]["agent_model_calls"] == traj["agreement"]["relay_model_calls"] == 3
+    else:  # codex reports one usage per turn: the relay's calls are the per-request steps, before the turn's sum
         assert [t["name"] for t in tools] == ["exec", "apply_patch"] and "hello.py" in tools[0]["arguments"]["command"]
-        assert [(m["input_tokens"], m["output_tokens"]) for m in models] == [
-            (sum(e["usage"]["input_tokens"] for e in calls), sum(e["usage"]["output_tokens"] for e in calls))]
+        assert [(m["input_tokens"], m["output_tokens"], m.get("seen_by")) for m in models] == [
+            (e["usage"]["input_tokens"], e["usage"]["output_tokens"], ["relay"]) for e in calls] + [
+            (sum(e["usage"]["input_tokens"] for e in calls), sum(e["usage"]["output_tokens"] for e in calls), None)]
+        assert models[-1]["scope"] == "turn" and len(calls) == 3
     read = results[tools[0]["tool_call_id"]]["content"]
     assert "print(\"hello\")" in read and "# deploy: *** ***" in read  # masked, the rest kept
     assert steps.index(tools[0]) < steps.index(results[tools[0]["tool_call_id"]]) < steps.index(tools[1])
@@ -79,6 +87,27 @@ def test_real_agent_trajectory_has_the_scripted_steps_and_no_secret(tmp_path, ag
     assert doc["final_metrics"]["total_prompt_tokens"] == 4500 and doc["extra"]["failure_class"] == "passed"
     if agent == "claude":
         assert [st["metrics"]["prompt_tokens"] for st in doc["steps"][1:]] == [1000, 1500, 2000]
+
+    # and as Inspect events in `export inspect`, loaded by Inspect's own reader
+    from inspect_ai.event import ModelEvent, ToolEvent
+    from inspect_ai.log import read_eval_log
+
+    log_path = tmp_path / "inspect.json"
+    exp = run_cli("export", "inspect", report["run_id"], "-o", str(log_path), "--state-dir", str(tmp_path / "state"),
+                  cwd=tmp_path, **env)
+    assert exp.returncode == 0, exp.stderr
+    assert SECRET not in log_path.read_text()
+    [sample] = read_eval_log(str(log_path)).samples
+    model_events = [e for e in sample.events if isinstance(e, ModelEvent)]
+    tool_events = [e for e in sample.events if isinstance(e, ToolEvent)]
+    assert [e.function for e in tool_events] == [t["name"] for t in tools]
+    assert "print(\"hello\")" in str(tool_events[0].result) and tool_events[1].error is None
+    assert [e.output.usage.input_tokens for e in model_events] == [1000, 1500, 2000]
+    called = [c.function for e in model_events for c in (e.output.choices[0].message.tool_calls or [])]
+    assert called == [t["name"] for t in tools]
+    assert sample.events.index(tool_events[0]) < sample.events.index(tool_events[1])
+    assert sample.metadata["trajectory"]["sources"] == ["agent", "relay"]
+
     bad = run_cli("export", "trajectory", report["run_id"], "--item", "zzzz", "-o", str(tmp_path / "x"),
                   "--state-dir", str(tmp_path / "state"), cwd=tmp_path, **env)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not (tmp_path / "x").exists(), bad.stderr

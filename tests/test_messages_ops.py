@@ -162,4 +162,5 @@ def test_celery_app_path_is_documented_and_importable():
                           "import json; print(json.dumps(sorted(t for t in app.tasks if t.startswith('evalfarm.'))))"],
                          env=env_for(), capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout) == ["evalfarm.aggregate", "evalfarm.judge_batch", "evalfarm.run_batch"]
+    assert json.loads(res.stdout) == ["evalfarm.aggregate", "evalfarm.batch_poll", "evalfarm.batch_submit", "evalfarm.judge_batch",
+                                       "evalfarm.run_batch"]

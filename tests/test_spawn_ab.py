@@ -147,3 +147,61 @@ def test_ctrl_c_during_an_ab_in_this_process_compares_nothing_and_says_so(tmp_pa
         "was made (the arms were not all run)"], err
     assert not list((tmp_path / ".evalfarm" / "reports" / "eval_ab").glob("*.json"))
     assert_clean(repo, tmp_path / "spawn")
+
+
+def test_ab_page_opens_two_arms_trajectories_of_one_task_side_by_side(tmp_path):
+    """`ab --executor spawn` in this process with a `command:` agent that asks a real mock-provider through
+    its task's relay (so each run has a trajectory): the ledger rows carry each run's failure class (a 503
+    task is unmeasured in both arms' figures); the dashboard's A/B page lists the tasks the arms failed
+    first and links to one page with both arms' trajectories side by side."""
+    import re
+
+    from dashboard_support import Serve
+    from providers_fixture import MockProviderProc
+    from test_agent_failures import AGENT
+
+    server = MockProviderProc()
+    try:
+        repo = make_repo(tmp_path / "repo")
+        suite = {"name": "greet", "repo": str(repo), "base": "main",
+                 "adapters": [{"id": "fake", "provider": "agent", "agent": "command", "template": AGENT,
+                               "model": "fake-1", "base_url": server.url}],
+                 "tasks": [{"id": "good", "prompt": "please edit\nsed -i 's/hello/hello, world/' hello.py",
+                            "check": "python3 hello.py | grep -qx 'hello, world'"},
+                           {"id": "bad", "prompt": "please do nothing\ntrue",
+                            "check": "python3 hello.py | grep -qx 'hello, world'"},
+                           {"id": "down", "prompt": "[[status:503]]\ntrue", "check": "true"}]}
+        path = tmp_path / "suite.yaml"
+        path.write_text(yaml.safe_dump(suite, sort_keys=False))
+        state = tmp_path / ".evalfarm"
+        res = run_cli("ab", "--suite", str(path), "--arm-a", "balanced", "--arm-b", "terse", "--executor", "spawn",
+                      "--price", "3,15", cwd=tmp_path, timeout=300,
+                      **spawn_env(tmp_path, EVALFARM_BLOB_DIR=str(state / "blobs")))
+        assert res.returncode in (0, 1), res.stderr
+        [artifact] = (state / "reports" / "eval_ab").glob("*.json")
+        sha = artifact.stem
+        # the A/B ledger rows carry each run's failure class: the endpoint's 503 is unmeasured in both arms
+        arms_fig = json.loads(artifact.read_text())["arms"]
+        assert all(arms_fig[a]["unmeasured_runs"] == {"infra_failed": 1} and arms_fig[a]["coverage"] == pytest.approx(2 / 3)
+                   for a in ("balanced", "terse")), arms_fig
+        serve = Serve(state)
+        try:
+            status, _, body = serve.get(f"/ab/{sha}")
+            page = body.decode()
+            assert status == 200, page[-2000:]
+            tasks = re.findall(r'<tr class="ab-task( failed)?" data-task="([^"]+)"', page)
+            assert tasks == [(" failed", "bad"), (" failed", "down"), ("", "good")], tasks
+            link = re.search(r'<a class="side-link" href="([^"]+)"', page).group(1).replace("&amp;", "&")
+            assert "task=bad" in link
+            status, _, body = serve.get(link)
+            side = body.decode()
+            assert status == 200, side[-2000:]
+            arms = re.findall(r'<div class="side" data-arm="([^"]+)"><h2>[^<]+<span class="mode">([^<]+)</span>', side)
+            assert arms == [("balanced", "agent_failed"), ("terse", "agent_failed")], arms
+            assert side.count('data-source="model_call"') == 2 and 'id="trajectory-1"' in side and \
+                'id="trajectory-2"' in side
+            assert serve.get(f"/ab/{sha}/side?task=nope&trial=0")[0] == 404
+        finally:
+            serve.stop()
+    finally:
+        server.stop()

@@ -13,6 +13,7 @@ import signal
 import time
 
 import pytest
+import redis
 
 from conftest import run_cli, wait_for
 from spawn_support import assert_clean, make_repo, pid_alive, report_of, spawn_dirs, spawn_env
@@ -71,6 +72,10 @@ def test_cancel_kills_a_running_sandboxed_agent_on_a_spawn_worker_and_the_worker
     assert_clean(repo, tmp_path / "spawn")
     status = json.loads(farm.cli("status", run_id, "--json").stdout)
     assert status["state"] == "cancelled" and status["done"] == 0 and status["errors"] == 0, status
+    # the stopped start is taken back: a later `resume` of the item is not counted as after a dead worker
+    starts = redis.Redis.from_url(farm.url).hgetall(f"ef:run:{run_id}:starts")
+    wait_for(lambda: set(redis.Redis.from_url(farm.url).hgetall(f"ef:run:{run_id}:starts").values()) == {b"0"}, 10,
+             f"the start count taken back (was {starts})")
     waited = farm.cli("wait", run_id, "--no-save", "--timeout", "20")
     assert waited.returncode == 1 and f"run {run_id} was cancelled at 0/1 items" in waited.stderr, waited.stderr
     log = worker.log.read_text()

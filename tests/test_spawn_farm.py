@@ -73,6 +73,8 @@ def test_sigkill_mid_spawn_is_redelivered_pruned_at_the_next_worker_start_and_co
     assert done.returncode == 0, done.stderr
     [out] = report_of(done)["outcomes"]
     assert out["passed"] is True and out["error"] is None
+    # the death was the infrastructure's: the second start ran it again, and the outcome says so
+    assert out["failure_class"] == "passed" and out["agent"]["worker_deaths"] == 1
     starts = [line for line in trace.read_text().splitlines() if line.startswith("start")]
     assert len(starts) == 2  # the agent ran twice (killed once) ...
     c = counts(farm.url, run_id)
@@ -80,6 +82,38 @@ def test_sigkill_mid_spawn_is_redelivered_pruned_at_the_next_worker_start_and_co
     status = json.loads(farm.cli("status", run_id, "--json").stdout)
     assert status["duplicate_executions"] == 0 and status["done"] == 1
     print("git worktree list after the SIGKILL test:\n" + assert_clean(repo, tmp_path / "spawn"))
+
+
+def test_a_task_whose_workers_keep_dying_is_infra_failed_after_its_retries_never_agent_failed(tmp_path, repo, farm):
+    """EVALFARM_AGENT_INFRA_RETRIES=1: the spawn worker running the task is SIGKILLed, the redelivered task
+    starts the agent again on a new worker (the one retry), that worker is SIGKILLed too; the third worker
+    does not run the agent again: the item is infra_failed (WorkerDied), unmeasured, reported as coverage."""
+    trace = tmp_path / "trace.log"
+    spec = write_spec(tmp_path / "spec.yaml", repo, [{"id": "doomed", "text": f"trace {trace} 120",
+                                                      "check": "grep -q 'hello, world' hello.py"}], **UNSANDBOXED)
+    retries = {"EVALFARM_AGENT_INFRA_RETRIES": "1"}
+    worker = farm.worker(concurrency=1, unsandboxed=True, **retries)
+    res = farm.cli("run", str(spec), "--detach")
+    assert res.returncode == 0, res.stderr
+    run_id = res.stdout.strip()
+
+    def starts() -> int:
+        return sum(1 for line in (trace.read_text().splitlines() if trace.exists() else []) if line.startswith("start"))
+
+    for n in (1, 2):
+        wait_for(lambda: starts() >= n, 60, f"start {n} of the agent")
+        worker.kill()  # SIGKILL mid agent task
+        worker = farm.worker(concurrency=1, unsandboxed=True, **retries)
+    done = farm.cli("wait", run_id, "--json", "--no-save", "--timeout", "90")
+    report = report_of(done)
+    [out] = report["outcomes"]
+    assert out["failure_class"] == "infra_failed" and out["passed"] is None, out
+    assert out["error"]["class"] == "WorkerDied" and "died 2 times" in out["error"]["message"], out["error"]
+    assert out["agent"]["worker_deaths"] == 2 and starts() == 2  # not run a third time
+    fig = report["per_adapter"]["fake"]
+    assert fig["failure_classes"] == {"infra_failed": 1} and fig["coverage"] == 0.0
+    assert fig["coverage_line"] == "pass rate not measured over 0 of 1 tasks; 1 infrastructure failure"
+    print("git worktree list after the repeated SIGKILL test:\n" + assert_clean(repo, tmp_path / "spawn"))
 
 
 def test_hang_nonzero_exit_and_writes_outside_the_worktree(tmp_path, repo, farm):
@@ -166,3 +200,17 @@ def test_resume_sends_missing_agent_items_to_the_spawn_queue(tmp_path, repo, far
     done = farm.cli("wait", run_id, "--json", "--no-save", "--timeout", "60")
     assert done.returncode == 0 and len(report_of(done)["outcomes"]) == 3
     assert_clean(repo, tmp_path / "spawn")
+
+
+def test_resume_only_forgets_an_items_worker_deaths(redis_server):
+    """The start counts that give up on an item whose workers keep dying (executors/celery/work.py) go
+    with its result when `resume --only` runs it again (RedisStore.forget): its retries start afresh."""
+    from evalfarm.executors.celery.store import RedisStore
+
+    store = RedisStore(redis_server.url)
+    store.create_run("r1", {"run_id": "r1", "total": 2})
+    store.record("r1", [{"key": "k1", "adapter": "fake", "prompt_id": "p", "trial": 0, "passed": None,
+                         "error": {"class": "WorkerDied", "message": "died"}}])
+    assert [store.note_start("r1", "k1") for _ in range(3)] == [1, 2, 3] and store.note_start("r1", "k2") == 1
+    store.forget("r1", [("k1", "fake")])
+    assert store.note_start("r1", "k1") == 1 and store.note_start("r1", "k2") == 2  # only the forgotten item's

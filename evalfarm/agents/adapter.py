@@ -267,17 +267,23 @@ class AgentAdapter:
                 raise AgentRunError(f"setup failed ({why}): {setup.last_line()}", info)
         if state.get("cancelled"):
             raise AgentRunError("cancelled before the agent started", info)
+        relay_calls: list[dict[str, Any]] = []
         run = self._run_agent(prompt, box, binary, version, max(1.0, deadline - time.monotonic()), pass_env,
-                              env_fixed, limits, info)
+                              env_fixed, limits, info, relay_calls)
         info.update(self._usage_info(run, self.spec.model))
-        info.update(trajectory.store(self.driver.name, run.stdout_path, self.blob_dir,
-                                     [os.environ.get(self.key_from, "")], self.spec.model, version, prompt.text))
+        info.update(trajectory.store(
+            self.driver.name, run.stdout_path, self.blob_dir, [os.environ.get(self.key_from, "")], self.spec.model,
+            version, prompt.text, {k: box.scratch.private / n for k, n in self.driver.trajectory_files.items()},
+            relay_calls if info.get("relay") is not None else None, run.usage.as_dict() if run.usage else None))
         if info.get("relay") is not None and run.usage is not None:  # wire counts beside the agent's own
             info["relay"]["matches_agent"] = (info["relay"]["input_tokens"], info["relay"]["output_tokens"]) == (
                 run.usage.input_tokens, run.usage.output_tokens)
         if run.timed_out:  # say the budget the user set, not what setup left of it
+            stalled = (info.get("relay") or {}).get("stalled_s") or 0.0
+            why = (f"; the model endpoint had not answered its last call for {stalled:.0f} s (stalled: "
+                   "infra_failed)" if failure.endpoint_stalled(info) else "")
             raise AgentRunError(f"{self.driver.name}: timed out after {budget:g} s (the task's timeout_s; "
-                                "process group killed)", info)
+                                f"process group killed){why}", info)
         if not run.ok:
             raise AgentRunError(run.error or f"{self.driver.name} failed", info)
         relay = info.get("relay")
@@ -323,7 +329,7 @@ class AgentAdapter:
 
     def _run_agent(self, prompt: PromptSpec, box, binary: Path, version: str | None, timeout_s: float,
                    pass_env: tuple[str, ...], env_fixed: dict[str, str], limits: TaskLimits | None,
-                   info: dict[str, Any]) -> AgentRun:
+                   info: dict[str, Any], relay_calls: list[dict[str, Any]] | None = None) -> AgentRun:
         s = self.spec
         base_url, wrap, relay, relay_dir = s.base_url, None, None, None
         key_env = self.driver.key_env or self.key_from  # the variable the agent finds its key in
@@ -354,6 +360,18 @@ class AgentAdapter:
             if relay is not None:
                 relay.close()
                 info["relay"] = relay.as_dict()
+                # the wire's own account of the model endpoint (core/failure.py decides infra by it)
+                forwarded = [c for c in relay.calls if c.get("forwarded")]
+                failed = [c for c in forwarded if failure.endpoint_failed(c.get("status"))]
+                # a call still unanswered when the agent stopped: how long the endpoint had kept it waiting
+                waiting = [time.time() - c["time"] for c in relay.calls
+                           if (c.get("unanswered") or "status" not in c) and "time" in c]
+                info["relay"].update(upstream_failures=len(failed),
+                                     last_call_failed=bool(forwarded) and failure.endpoint_failed(
+                                         forwarded[-1].get("status")),
+                                     stalled_s=round(max(waiting), 3) if waiting else 0.0)
+                if relay_calls is not None:
+                    relay_calls.extend(relay.calls)  # the trajectory's second source (trajectory.py)
             if relay_dir is not None:
                 shutil.rmtree(relay_dir, ignore_errors=True)
 

@@ -29,6 +29,7 @@ class AiderDriver(Driver):
     pin = AIDER
     key_env = "OPENAI_API_KEY"
     quiet_env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    trajectory_files = {"events": "aider-events.jsonl", "chat": "aider-chat.md"}
 
     def build(self, request: AgentRequest, binary: Path, workdir: Path, scratch: Scratch) -> Invocation:
         env = self.environment(request, scratch)
@@ -39,7 +40,7 @@ class AiderDriver(Driver):
         if request.price:
             meta.update(input_cost_per_token=request.price.input / 1e6, output_cost_per_token=request.price.output / 1e6)
         files = {private / "aider-model-metadata.json": json.dumps({model: meta})}
-        outputs = {"events": private / "aider-events.jsonl", "chat": private / "aider-chat.md"}
+        outputs = {k: private / name for k, name in self.trajectory_files.items()}
         argv = [str(binary), f"--model={model}", *FLAGS, f"--model-metadata-file={private / 'aider-model-metadata.json'}",
                 f"--analytics-log={outputs['events']}", f"--chat-history-file={outputs['chat']}",
                 f"--input-history-file={private / 'aider-input.hist'}"]

@@ -124,6 +124,8 @@ class Driver:
     pin: ClassVar[str]
     key_env: ClassVar[str | None]  # the agent's own key variable
     quiet_env: ClassVar[Mapping[str, str]] = {}  # telemetry, update checks, error reports off
+    # files (name -> file name in the scratch's private dir) its trajectory is read from besides stdout
+    trajectory_files: ClassVar[Mapping[str, str]] = {}
 
     def build(self, request: AgentRequest, binary: Path, workdir: Path, scratch: Scratch) -> Invocation:
         raise NotImplementedError

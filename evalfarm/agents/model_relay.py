@@ -12,7 +12,11 @@ and, in its key variable, a per-task token. For each request the relay
   checked that host against ``EVALFARM_ENDPOINT_ALLOW`` before the task started: the relay forwards
   nowhere else), ``Accept-Encoding: identity`` so the reply can be read;
 - streams the reply back as it arrives (aiohttp, one event loop per relay), and counts the tokens the reply reports (OpenAI
-  chat and Responses, Anthropic Messages, Gemini; streamed or not), beside the agent's own account.
+  chat and Responses, Anthropic Messages, Gemini; streamed or not), beside the agent's own account;
+- keeps a record of each request (``calls``: when, path, model, status, latency, tokens, and the reply's
+  first ``RECORD_BODY_MAX`` bytes, unparsed) for the task's trajectory (trajectory.py reads the replies
+  after the run, off this path, and masks secrets before anything is written). Request bodies are not
+  kept: an agent resends its whole conversation each call.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import json
 import os
 import secrets
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +38,8 @@ HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", 
        "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding"}
 KEY_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
 MAX_JSON = 32 * 2**20
+RECORD_BODY_MAX = 256 * 1024  # bytes of each reply kept for the trajectory
+RECORD_TOTAL_MAX = 32 * 2**20  # a task's replies kept in all; past it, calls are recorded without their reply
 
 
 def new_token() -> str:
@@ -52,6 +59,24 @@ class Counts:
     def as_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in ("requests", "refused", "capped", "upstream_errors", "input_tokens",
                                                "output_tokens")}
+
+
+def _model_of(path: str, body: bytes) -> str | None:
+    """The model a request names: Gemini's in the path (``models/M:generateContent``), else the JSON body's."""
+    if "/models/" in path and ":" in path:
+        return path.rsplit("/models/", 1)[1].split(":", 1)[0] or None
+    head = body[:4096]
+    at = head.find(b'"model"')
+    if at < 0:
+        return None
+    rest = head[at + 7:].lstrip()
+    if rest[:1] != b":":
+        return None
+    rest = rest[1:].lstrip()
+    if rest[:1] != b'"':
+        return None
+    end = rest.find(b'"', 1)
+    return rest[1:end].decode("utf-8", "replace") if end > 0 else None
 
 
 def _num(v: Any) -> int:
@@ -138,6 +163,9 @@ class TaskRelay:
         self.real_key, self.max_tokens, self.timeout_s = real_key, max_tokens, timeout_s
         self.token = new_token()
         self.counts = Counts()
+        self.calls: list[dict[str, Any]] = []  # the record of every request (see the module's docstring)
+        self._kept = 0
+        self._closing = False
         self.path = Path(sock_path)
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -184,11 +212,16 @@ class TaskRelay:
         c, tok = self.counts, self.token
         authed = self._authed(request)
         c.requests += 1  # one event loop: no lock needed against itself (readers take the figures after close)
+        call: dict[str, Any] = {"time": time.time(), "method": request.method, "path": request.rel_url.path}
+        self.calls.append(call)
+        started = time.perf_counter()
         if not authed:
             c.refused += 1
+            call.update(status=401, forwarded=False)
             return self._error_reply(401, "evalfarm relay: wrong or missing per-task token")
         if self.max_tokens is not None and c.input_tokens + c.output_tokens >= self.max_tokens:
             c.capped += 1
+            call.update(status=429, forwarded=False)
             return self._error_reply(429, f"evalfarm relay: this task used its max_tokens_per_task ({self.max_tokens})")
         headers = {}
         for name, value in request.headers.items():
@@ -203,13 +236,22 @@ class TaskRelay:
         headers["Accept-Encoding"] = "identity"
         query = [(k, (self.real_key or "") if k == "key" and v == tok else v) for k, v in request.query.items()]
         body = await request.read()
+        call["model"] = _model_of(call["path"], body)
         url = self.origin + request.rel_url.path
         try:
             upstream = await self._session.request(request.method, url, params=query or None, data=body or None,
                                                    headers=headers, allow_redirects=False)
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            if self._closing:  # the task ended (its agent gone) while the endpoint still had not answered
+                call.update(forwarded=True, unanswered=True)
+                return self._error_reply(502, "evalfarm relay: closed before the model endpoint answered")
             c.upstream_errors += 1
+            call.update(status=502, forwarded=True, error=type(exc).__name__,
+                        latency_ms=round((time.perf_counter() - started) * 1000, 1))
             return self._error_reply(502, f"evalfarm relay: the model endpoint did not answer ({type(exc).__name__})")
+        call.update(status=upstream.status, forwarded=True, content_type=upstream.headers.get("Content-Type") or "")
+        kept = bytearray()
+        room = min(RECORD_BODY_MAX, max(0, RECORD_TOTAL_MAX - self._kept))
         async with upstream:
             reply = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for name, value in upstream.headers.items():
@@ -222,12 +264,17 @@ class TaskRelay:
             try:
                 async for chunk in upstream.content.iter_any():
                     meter.feed(chunk)
+                    if len(kept) < room:
+                        kept += chunk[:room - len(kept)]
                     await reply.write(chunk)
                 await reply.write_eof()
             finally:
                 tin, tout = meter.done()
                 c.input_tokens += tin
                 c.output_tokens += tout
+                self._kept += len(kept)
+                call.update(input_tokens=tin, output_tokens=tout, reply=bytes(kept),
+                            latency_ms=round((time.perf_counter() - started) * 1000, 1))
             return reply
 
     def inside_url(self, port: int) -> str:
@@ -235,8 +282,9 @@ class TaskRelay:
 
     def close(self) -> None:
         async def stop() -> None:
+            self._closing = True
+            await self._session.close()  # first: a call still waiting on the endpoint ends now, not at a timeout
             await self._runner.cleanup()
-            await self._session.close()
 
         if self._loop.is_running():
             asyncio.run_coroutine_threadsafe(stop(), self._loop).result(30)

@@ -133,6 +133,11 @@ def print_summary(report: dict[str, Any], paths: list[str], console: Console | N
             for u in f.get("unmeasured") or []:
                 console.print(f"  unmeasured {escape(u['prompt_id'])} ({u['class']}): {escape(u['reason'])}",
                               highlight=False)
+        if f.get("trajectory_mismatches"):
+            console.print(f"[yellow]{escape(adapter)}: {f['trajectory_mismatches']} trajectories mismatched (the agent's "
+                          "account of its model calls and the model relay's differ)[/yellow]", highlight=False)
+            for m in f.get("trajectory_mismatch_examples") or []:
+                console.print(f"  mismatched {escape(str(m['prompt_id']))}: {escape(str(m['why']))}", highlight=False)
         if "pass_k" in f:
             pk = f["pass_k"]
             console.print(f"{escape(adapter)}: pass^{pk['k']} {_pct(pk['rate'])}, flaky: "

@@ -236,8 +236,9 @@ def export_inspect(run: str, output: Path, adapter: str | None, spec_path: Path 
         ev_version = ""
     written = []
     logs = []
+    trajectories = _trajectories(report, state_dir)
     for name in chosen:
-        log = eval_log(report, name, prompts, specs.get(name), ev_version)
+        log = eval_log(report, name, prompts, specs.get(name), ev_version, trajectories)
         target = output / file_name(log) if to_dir else output
         logs.append((target, (json.dumps(log, ensure_ascii=False, allow_nan=False, indent=1) + "\n").encode()))
     for target, body in logs:  # every log built before the first is written
@@ -248,6 +249,27 @@ def export_inspect(run: str, output: Path, adapter: str | None, spec_path: Path 
         click.echo(f"evalfarm: note: `inspect view` and `inspect log list` show only logs named like "
                    f"{file_name(log)} (a timestamp first); -o an existing folder names it so",
                    err=True)
+
+
+def _trajectories(report: dict[str, Any], state_dir: Path) -> dict[str, dict[str, Any]]:
+    """Agent items' stored trajectories by item key (the blob directory: the state dir's blobs, or
+    EVALFARM_BLOB_DIR); an item whose trajectory is not here, or unreadable, has none."""
+    from ..runs.state import StateDir
+
+    blobs = StateDir.of(state_dir).blobs
+    out = {}
+    for o in report.get("outcomes") or []:
+        agent = o.get("agent") if isinstance(o, dict) else None
+        sha = str((agent or {}).get("trajectory_sha256") or "") if isinstance(agent, dict) else ""
+        if len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
+            continue
+        try:
+            data = json.loads((blobs / f"{sha}.trajectory.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            out[str(o.get("key"))] = data
+    return out
 
 
 def _from_report(report: dict[str, Any]) -> dict[str, dict[str, Any]] | None:

@@ -7,6 +7,7 @@ comes from ``core.verdict``, so an errored trial is unmeasured here as in ``diff
 from __future__ import annotations
 
 import math
+from array import array
 from collections import defaultdict
 from typing import Any, Iterable
 
@@ -35,8 +36,8 @@ class _Acc:
     def __init__(self, trials: int) -> None:
         self.items = self.measured = self.passed = self.errors = 0
         self.judge_sum, self.judge_n = 0.0, 0
-        self.latencies: list[float] = []
-        self.prompts: set[str] = set()
+        self.latencies = array("d")  # 8 bytes an item, not 32: a million-item run's aggregate stays small
+        self.prompts: set[int] = set()  # the prompt ids' hashes: only their number is reported
         # prompt -> each trial's verdict (True, False, None: errored); only with trials > 1 (pass^k)
         self.trial_verdicts: dict[str, list[bool | None]] | None = defaultdict(list) if trials > 1 else None
         self.tokens_in = self.tokens_out = 0
@@ -49,10 +50,12 @@ class _Acc:
         self.judge_cost = 0.0
         self.classes: dict[str, int] = defaultdict(int)  # agent items: failure class -> count (core/failure.py)
         self.unmeasured: list[dict[str, Any]] = []
+        self.mismatched = 0  # agent items whose own account and the model relay's disagree (agents/trajectory.py)
+        self.mismatches: list[dict[str, Any]] = []
 
     def add(self, o: dict[str, Any]) -> None:
         self.items += 1
-        self.prompts.add(o["prompt_id"])
+        self.prompts.add(hash(o["prompt_id"]))
         self.tokens_in += o.get("input_tokens") or 0
         self.tokens_out += o.get("output_tokens") or 0
         self.cost += o.get("cost_usd") or 0.0
@@ -72,6 +75,12 @@ class _Acc:
             if verdict is None and len(self.unmeasured) < UNMEASURED_EXAMPLES:
                 self.unmeasured.append({"prompt_id": o["prompt_id"], "trial": o.get("trial", 0), "class": cls,
                                         "reason": failure.reason(o)})
+        agent = o.get("agent") if isinstance(o.get("agent"), dict) else {}
+        if agent.get("trajectory_mismatch"):
+            self.mismatched += 1
+            if len(self.mismatches) < UNMEASURED_EXAMPLES:
+                self.mismatches.append({"prompt_id": o["prompt_id"], "trial": o.get("trial", 0),
+                                        "why": str(agent["trajectory_mismatch"])[:300]})
         if o.get("error"):
             self.errors += 1
             self.error_classes[o["error"].get("class", "Error")] += 1
@@ -142,6 +151,9 @@ def _figures(acc: _Acc, trials: int, judge_weight: float | None) -> dict[str, An
         figures["coverage"] = _r(acc.measured / acc.items) if acc.items else None
         figures["unmeasured"] = acc.unmeasured
         figures["coverage_line"] = failure.coverage_line(figures)
+    if acc.mismatched:  # the agent's account of its model calls and the relay's differ: said, never hidden
+        figures["trajectory_mismatches"] = acc.mismatched
+        figures["trajectory_mismatch_examples"] = acc.mismatches
     if acc.trial_verdicts is not None:
         per_prompt = {p: case_verdict(v) for p, v in sorted(acc.trial_verdicts.items())}
         measured = [v for v in per_prompt.values() if v is not None]

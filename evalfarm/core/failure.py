@@ -1,10 +1,12 @@
 """Failure classes of agent items (spawn mode), decided once: who is to blame for an item's result.
 
 ``passed``; ``agent_failed`` (the agent finished, or exited non-zero, and the check failed);
-``agent_timeout`` (the agent used its whole time budget); ``verifier_failed`` (the check itself
+``agent_timeout`` (the agent used its whole time budget; not when, sealed, the relay saw its last model
+call wait unanswered for half of it or more: the endpoint hung, infra_failed); ``verifier_failed`` (the check itself
 could not run: its program is missing (exit 126/127) or it hit its own timeout); ``infra_failed``
 (the sandbox or worktree could not be made or its `setup` failed, the agent CLI did not start (exit 126/127, not found),
-the model endpoint answered 5xx or could not be reached, the worker died); ``budget_stopped`` (the
+the model endpoint answered 5xx or 429 or could not be reached: by the relay's record when the task ran
+sealed, else by the agent's own words; the worker died); ``budget_stopped`` (the
 run's budget ran out before the item was sent).
 
 Only ``passed``, ``agent_failed`` and ``agent_timeout`` are measured: they are in every pass rate's
@@ -32,11 +34,30 @@ COVERAGE_MARGIN = 0.1  # an A/B comparison names no winner when the arms' covera
 _INFRA_ERRORS = {"AgentSetupError", "SandboxError", "FileNotFoundError", "PermissionError", "OSError",
                  "BlockingIOError", "InfrastructureError", "WorkerLostError", "WorkerDied", "ConnectionError"}
 # an agent's account of a model endpoint that failed (Claude Code "API Error: 503", codex "unexpected
-# status 502", a connection refused) or of a CLI that could not start ("exit code 127", "not found")
-_INFRA_TEXT = re.compile(
-    r"\b(?:API Error|status|HTTP|error)\W{0,3}5\d\d\b|\b5\d\d\s+(?:Service Unavailable|Bad Gateway|Internal Server|"
-    r"Gateway Timeout)|overloaded_error|Connection (?:refused|reset|error)|ECONNREFUSED|ECONNRESET|"
-    r"ENOTFOUND|EAI_AGAIN|exit code 12[67]\b|command not found|No such file or directory.*\bexec\b", re.I)
+# status 502", a connection refused), and of a CLI that could not start ("exit code 127", "not found")
+_ENDPOINT_TEXT = re.compile(
+    r"\b(?:API Error|status|HTTP|error)\W{0,3}(?:5\d\d|429)\b|\b5\d\d\s+(?:Service Unavailable|Bad Gateway|"
+    r"Internal Server|Gateway Timeout)|overloaded_error|rate_limit_error|Too Many Requests|"
+    r"Connection (?:refused|reset|error)|ECONNREFUSED|ECONNRESET|ENOTFOUND|EAI_AGAIN", re.I)
+_CLI_TEXT = re.compile(r"exit code 12[67]\b|command not found|No such file or directory.*\bexec\b", re.I)
+
+
+STALL_SHARE = 0.5  # a timed-out agent whose last model call waited this share of its run: the endpoint hung
+
+
+def endpoint_stalled(agent: dict[str, Any]) -> bool:
+    """A timed-out sealed task whose last model call was still unanswered after ``STALL_SHARE`` of the
+    run's wall time (the relay's record): the endpoint hung, the agent did not use its time."""
+    relay = agent.get("relay") if isinstance(agent.get("relay"), dict) else {}
+    stalled, wall = relay.get("stalled_s"), agent.get("wall_s")
+    return bool(agent.get("timed_out")) and isinstance(stalled, (int, float)) and isinstance(wall, (int, float)) \
+        and wall > 0 and stalled >= STALL_SHARE * wall
+
+
+def endpoint_failed(status: Any) -> bool:
+    """A model endpoint's answer that is the endpoint's failure, not the agent's: 5xx or 429 (rate limit,
+    quota). The relay's own refusals (401 wrong token, 429 over max_tokens_per_task) are never forwarded."""
+    return isinstance(status, int) and (status >= 500 or status == 429)
 
 
 def infra_retries() -> int:
@@ -53,10 +74,18 @@ def is_agent_item(outcome: dict[str, Any]) -> bool:
 def error_class(error_name: str, message: str, agent: dict[str, Any] | None) -> str:
     """The class of an agent task that raised: infra, the agent's timeout, or the agent's failure."""
     agent = agent or {}
-    if agent.get("infra") or error_name in _INFRA_ERRORS or _INFRA_TEXT.search(message or ""):
+    if agent.get("infra") or error_name in _INFRA_ERRORS or _CLI_TEXT.search(message or ""):
+        return INFRA_FAILED
+    relay = agent.get("relay")
+    if isinstance(relay, dict) and "upstream_failures" in relay:
+        # sealed: the relay saw every model call, so the wire decides, not the agent's words (an agent whose
+        # own test printed "HTTP 503" failed the task; one whose endpoint kept failing did not)
+        if relay.get("last_call_failed") or (relay.get("upstream_failures") and _ENDPOINT_TEXT.search(message or "")):
+            return INFRA_FAILED
+    elif _ENDPOINT_TEXT.search(message or ""):
         return INFRA_FAILED
     if agent.get("timed_out"):
-        return AGENT_TIMEOUT
+        return INFRA_FAILED if endpoint_stalled(agent) else AGENT_TIMEOUT
     return AGENT_FAILED
 
 

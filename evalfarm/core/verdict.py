@@ -7,7 +7,7 @@ a case (pass^k over its trials) with an errored trial and no failed one.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_MEASURED, EXIT_OK
 from . import failure
@@ -95,3 +95,20 @@ def case_rows(outcomes: Iterable[dict[str, Any]]) -> list[tuple[str, str, str, i
     for o in outcomes:
         trials.setdefault((str(o["adapter"]), str(o["prompt_id"])), []).append(item_passed(o))
     return [(a, c, word(case_verdict(v)), len(v)) for (a, c), v in trials.items()]
+
+
+def iter_case_rows(outcomes: Iterable[dict[str, Any]]) -> Iterator[tuple[str, str, str, int]]:
+    """``case_rows`` for outcomes in plan order (prompt, adapter, trial: a case's trials are consecutive),
+    a case at a time, holding nothing: a case whose trials are not consecutive comes out once per run
+    of them (the caller checks, ``runs.registry``)."""
+    current: tuple[str, str] | None = None
+    verdicts: list[bool | None] = []
+    for o in outcomes:
+        key = (str(o["adapter"]), str(o["prompt_id"]))
+        if key != current:
+            if current is not None:
+                yield (*current, word(case_verdict(verdicts)), len(verdicts))
+            current, verdicts = key, []
+        verdicts.append(item_passed(o))
+    if current is not None:
+        yield (*current, word(case_verdict(verdicts)), len(verdicts))

@@ -84,6 +84,38 @@ class AbView:
         data, mtime = self._load(sha)
         return {"sha256": sha, "mtime": mtime, **ab_view(data)}
 
+    def tasks(self, sha: str) -> list[dict[str, Any]]:
+        """Per (task, trial): each arm's verdict, failure class and trajectory, from the ledger rows the
+        artifact names (the state dir's ledger); tasks an arm failed first. Empty when the ledger is not here."""
+        from ..runs import ledger as ledger_mod
+
+        data, _ = self._load(sha)
+        kind = safe.mapping(data.get("executor")).get("kind")
+        path = self.state.synthetic_ledger if kind == "synthetic" else self.state.cost_ledger
+        try:
+            index = ledger_mod.load(path)
+        except EvalfarmError:
+            return []
+        view = ab_view(data)
+        pairs: dict[tuple[str, int], dict[str, Any]] = {}
+        for arm in [a["name"] for a in view["arms"]]:
+            for ref in safe.seq(safe.mapping(safe.mapping(data.get("arms")).get(arm)).get("ledger_rows")):
+                row = index.get(ref) if isinstance(ref, str) else None
+                r = safe.mapping(row.data if row is not None else None)
+                if not r:
+                    continue
+                task, trial = safe.text(r.get("task"), 200), safe.count(r.get("trial"))
+                entry = pairs.setdefault((task, trial), {"task": task, "trial": trial, "arms": {}})
+                traj = r.get("trajectory_sha256")
+                entry["arms"][arm] = {
+                    "passed": safe.flag(r.get("passed")), "class": safe.opt_text(r.get("failure_class"), 40),
+                    "trajectory": traj if isinstance(traj, str) and safe.is_sha256(traj) else None}
+        out = list(pairs.values())
+        for e in out:
+            e["failed"] = any(a["passed"] is not True for a in e["arms"].values())
+        out.sort(key=lambda e: (not e["failed"], e["task"], e["trial"]))
+        return out
+
     def verify(self, sha: str) -> dict[str, Any]:
         """``evalfarm ab verify`` on the artifact, with the state dir's ledger and audit chain."""
         path = self.folder / f"{safe.sha256_name(sha)}.json"

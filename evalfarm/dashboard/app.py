@@ -23,7 +23,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 from jinja2 import DictLoader, Environment, select_autoescape
 
-from . import assets, svg
+from . import assets, safe, svg
 from .reports import ReportError
 from .safe import BadRef
 from .state import State
@@ -321,8 +321,29 @@ async def ab_page(request: web.Request) -> web.Response:
         charts.append((n, svg.intervals(rows, f"delta-{n}", value_fmt=_DELTA_FMT.get(n))))
     q = a.get("sequential")
     seq_chart = svg.sequence(q["history"], q["decision_round"] or (q["rounds"] or None), q["margin"]) if q else None
+    tasks = await _call(state.ab.tasks, sha)
     return _render(request, "ab.html", a=a, v=v, interval_charts=charts, seq_chart=seq_chart, page="ab-detail",
-                   nav="A/B")
+                   nav="A/B", tasks=tasks)
+
+
+async def ab_side_page(request: web.Request) -> web.Response:
+    """One task's trajectories, one column per arm (the A/B page links here from each task)."""
+    state = request.app[STATE]
+    sha = request.match_info["sha"]
+    a = await _call(state.ab.artifact, sha)
+    task, trial = request.query.get("task", ""), request.query.get("trial", "0")
+    tasks = await _call(state.ab.tasks, sha)
+    entry = next((t for t in tasks if t["task"] == task and str(t["trial"]) == trial), None)
+    if entry is None:
+        raise BadRef(f"no task {safe.text(task, 80)!r} trial {safe.text(trial, 10)} in this A/B artifact", 404)
+    arms = []
+    for r in a["arms"]:
+        x = entry["arms"].get(r["name"]) or {}
+        t = await _call(state.trajectory, x["trajectory"]) if x.get("trajectory") else None
+        arms.append({"name": r["name"], "passed": x.get("passed"), "class": x.get("class"),
+                     "sha": x.get("trajectory"), "trajectory": t})
+    return _render(request, "ab_side.html", sha=sha, task=entry["task"], trial=entry["trial"], arms=arms,
+                   page="ab-side", nav="A/B")
 
 
 async def farm_page(request: web.Request) -> web.Response:
@@ -443,6 +464,7 @@ def create_app(state_dir: Path | str, broker: str | None = None, token: str | No
     app.router.add_get("/diff", diff_page)
     app.router.add_get("/ab", ab_list_page)
     app.router.add_get("/ab/{sha}", ab_page)
+    app.router.add_get("/ab/{sha}/side", ab_side_page)
     app.router.add_get("/farm", farm_page)
     app.router.add_get("/static/{name}", static)
     app.router.add_get("/metrics", metrics)

@@ -29,6 +29,9 @@ ul.brakes { list-style:none; padding:0; }
 .filters { display:flex; gap:1em; flex-wrap:wrap; align-items:center; margin:.5em 0 1em; }
 .charts { display:flex; flex-wrap:wrap; gap:2em; } .charts section { min-width:360px; }
 pre { white-space:pre-wrap; word-break:break-word; background:#f4f6f8; border:1px solid var(--line); padding:.6em; margin:.3em 0; max-height:32em; overflow:auto; }
+pre.diff .d-add { color:var(--pass); background:#e6f4ea; }
+pre.diff .d-del { color:var(--fail); background:#fbe9e7; }
+pre.diff .d-hunk { color:var(--accent); } pre.diff .d-file { font-weight:700; }
 .io, .sides { display:grid; grid-template-columns:1fr 1fr; gap:1em; }
 details.diff-case { border:1px solid var(--line); background:#fff; margin:.3em 0; padding:.3em .6em; }
 details.diff-case summary { cursor:pointer; }

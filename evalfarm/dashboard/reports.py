@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
+from ..core.report.index import STATUSES, histogram, status_of  # noqa: F401  (one definition, the index's)
 from . import jsonscan, safe
 
 HEAD_LIMIT = 8 << 20  # the head: everything before the outcomes
 WHOLE_LIMIT = 16 << 20  # a file not in evalfarm's layout is parsed whole up to this size
 SHOWN_CHARS = 64 * 1024  # of an output on a page; the rest is a download
 PREVIEW_CHARS = 160
-STATUSES = ("passed", "failed", "errored", "unknown")
 HIST_BINS = 20
 OUTCOMES_LINE = b'"outcomes": ['
 PROMPTS_LINE = b'"prompts": ['
@@ -104,6 +104,7 @@ class Index:
     spans: dict[int, dict[str, tuple[int, int]]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     blob: bytes | None = None
+    narrow: bool = False  # adapter and failure-mode ids are all below 256 (a saved index, checked on load)
     _ids: dict[str, int] = field(default_factory=dict)
     _figures: dict[str, Any] | None = None
 
@@ -150,28 +151,6 @@ class Index:
         return self.names[self.mode[i]] or None
 
 
-def status_of(o: dict[str, Any]) -> str:
-    if o.get("error"):
-        return "errored"
-    verdict = o.get("passed")
-    if verdict is None:
-        verdict = o.get("golden_passed")
-    return "passed" if verdict is True else "failed" if verdict is False else "unknown"
-
-
-def histogram(values: list[float], bins: int = HIST_BINS) -> dict[str, Any]:
-    if not values:
-        return {"edges": [], "counts": [], "n": 0}
-    lo, hi = min(values), max(values)
-    if hi <= lo:
-        return {"edges": [lo, lo + 1.0], "counts": [len(values)], "n": len(values)}
-    width = (hi - lo) / bins
-    counts = [0] * bins
-    for v in values:
-        counts[min(bins - 1, int((v - lo) / width))] += 1
-    return {"edges": [lo + i * width for i in range(bins + 1)], "counts": counts, "n": len(values)}
-
-
 def _lines(fh: BinaryIO, digest) -> Iterator[tuple[int, int, bytes | None]]:
     """(offset, length, bytes or None when longer than jsonscan.MAX_LINE) of every line, the file read
     a chunk at a time (``digest`` sees every byte)."""
@@ -205,6 +184,64 @@ def _lines(fh: BinaryIO, digest) -> Iterator[tuple[int, int, bytes | None]]:
 def _line_json(raw: bytes) -> bytes:
     body = raw.strip()
     return body[:-1] if body.endswith(b",") else body
+
+
+class _LazyPrompts(dict):
+    """prompt id -> (offset, length) from a saved index's columns, made into a dict on first use (a
+    million prompts: the run page never asks, a case page once)."""
+
+    def __init__(self, names: list[str], cols: dict[str, array]) -> None:
+        super().__init__()
+        self._src: tuple | None = (names, cols["prompt_id"], cols["prompt_offsets"], cols["prompt_lengths"])
+
+    def _fill(self) -> None:
+        if self._src is not None:
+            names, ids, offs, lens = self._src
+            self._src = None
+            for i in range(len(ids) - 1, -1, -1):  # the first occurrence wins, as in _index_layout
+                self[names[ids[i]]] = (offs[i], lens[i])
+
+    def get(self, key, default=None):
+        self._fill()
+        return super().get(key, default)
+
+    def __bool__(self) -> bool:
+        return self._src is not None and len(self._src[1]) > 0 or super().__len__() > 0
+
+
+def saved_index_path(path: Path) -> Path:
+    return path.with_name(path.name[:-5] + ".index")
+
+
+def load_index(path: Path, key: tuple[int, int, int]) -> Index | None:
+    """The index saved beside the report (``core/report/index.py``, written when an archived run is
+    delivered), if it is there and describes this very file (size, mtime, inode); None otherwise."""
+    from ..core.report.index import read_index
+
+    side = saved_index_path(path)
+    try:
+        data = side.read_bytes()
+        got = read_index(data)
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    header, names, cols = got["header"], got["names"], got["cols"]
+    ident = header.get("report") or {}
+    if (ident.get("size"), ident.get("mtime_ns"), ident.get("ino")) != key or not isinstance(ident.get("digest"), str):
+        return None
+    head = read_head(path)
+    if head is None:
+        return None
+    index = Index(head=head, digest=ident["digest"], source="file",
+                  **{name: cols[name] for name in ("offsets", "lengths", "adapter", "case", "trial", "status",
+                                                   "mode", "latency")})
+    index.names = names  # cut as the pages cut them when the index was written
+    index._ids = {names[i]: i for i in range(len(header["small"]))}  # adapters and failure modes
+    index.narrow = True
+    index.prompts = _LazyPrompts(names, cols)
+    figures = header.get("figures") or {}
+    index._figures = {"modes": safe.mapping(figures.get("modes")), "statuses": safe.mapping(figures.get("statuses")),
+                      "latency": safe.mapping(figures.get("latency")) or histogram([])}
+    return index
 
 
 def build_index(path: Path, size: int) -> Index:

@@ -8,8 +8,10 @@ path (``safe``). Summaries are cached by file identity (size, mtime, inode), ind
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -147,7 +149,7 @@ class Runs:
             if hit is not None:
                 return hit
             try:
-                index = reports.build_index(path, key[0])
+                index = reports.load_index(path, key) or reports.build_index(path, key[0])
             except OSError as exc:
                 raise ReportError(f"cannot read {path.name}: {exc.strerror or exc}") from None
             problem = reports.lineage_problem(path, index.digest)
@@ -184,10 +186,19 @@ class Runs:
         mode = ids.get(filter) if filter and filter not in ("all", "failed", "passed", "errored") else None
         nothing = (adapter and want_adapter is None) or (mode is None and status is None and filter
                                                          and filter != "all")
-        picked = [] if nothing else [
-            i for i in range(len(index))
-            if (want_adapter is None or index.adapter[i] == want_adapter)
-            and (status is None or index.status[i] == status) and (mode is None or index.mode[i] == mode)]
+        if nothing:
+            picked: Sequence[int] = []
+        elif want_adapter is None and status is None and mode is None:
+            picked = range(len(index))  # every case: nothing to scan (a million-item run)
+        elif [want_adapter, status, mode].count(None) == 2 and (status is not None or index.narrow):
+            # one filter: its column as one byte a value, searched in C (a million-case run's page)
+            col, value = ((index.status, status) if status is not None else
+                          (index.adapter, want_adapter) if want_adapter is not None else (index.mode, mode))
+            picked = _where(_low_bytes(col), value)
+        else:
+            picked = [i for i in range(len(index))
+                      if (want_adapter is None or index.adapter[i] == want_adapter)
+                      and (status is None or index.status[i] == status) and (mode is None or index.mode[i] == mode)]
         per_page = max(1, min(PAGE_MAX, per_page))
         total = len(picked)
         pages = max(1, -(-total // per_page))
@@ -255,6 +266,49 @@ class Runs:
                 "per_adapter_cases": cases["per_adapter"], "pairing": cases["pairing"],
                 "only_in_a": len(cases["only_in_a"]), "only_in_b": len(cases["only_in_b"]),
                 "note": cases["note"], "classes": classes}
+
+
+def _low_bytes(col) -> bytes:
+    """A column whose values are all below 256 as one byte a value."""
+    if col.itemsize == 1:
+        return col.tobytes()
+    data = col.tobytes()
+    return data[0::col.itemsize] if sys.byteorder == "little" else data[col.itemsize - 1::col.itemsize]
+
+
+class _where(Sequence):
+    """The positions of one byte value in ``data`` (a status column), counted in C and found on demand:
+    a page of a million-case run reads only up to the cases it shows."""
+
+    def __init__(self, data: bytes, value: int) -> None:
+        self.data, self.byte = data, bytes([value])
+        self.n = data.count(self.byte)
+        self.found: list[int] = []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _upto(self, k: int) -> None:
+        at = self.found[-1] + 1 if self.found else 0
+        while len(self.found) <= k:
+            at = self.data.find(self.byte, at)
+            if at < 0:
+                break
+            self.found.append(at)
+            at += 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            start, stop, step = i.indices(self.n)
+            if stop > start:
+                self._upto(stop - 1)
+            return self.found[start:stop:step]
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        self._upto(i)
+        return self.found[i]
 
 
 def _as_report(rid: str, index: Index) -> dict[str, Any]:

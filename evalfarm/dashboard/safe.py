@@ -33,6 +33,10 @@ def run_id(value: Any) -> str:
     return value
 
 
+def is_sha256(value: Any) -> bool:
+    return isinstance(value, str) and bool(_SHA256.fullmatch(value))
+
+
 def sha256_name(value: Any) -> str:
     if not isinstance(value, str) or not _SHA256.fullmatch(value):
         raise BadRef(f"not an artifact address (64 lowercase hex digits): {text(value, 80)!r}")

@@ -9,7 +9,7 @@ from typing import Any
 from .ab import AbView
 from .farm import FarmView
 from .registry import RegistryView
-from . import trajectory
+from . import safe, trajectory
 from .runs import Runs
 from ..errors import UsageError
 from ..runs.state import StateDir
@@ -34,10 +34,17 @@ class State:
         c = self.runs.case(rid, index)
         if c.get("trajectory_sha256"):
             c["trajectory"] = trajectory.load(self.dir.blobs, c["trajectory_sha256"])
+        for kind, sha in (c.get("artifacts") or {}).items():
+            if sha:
+                c[kind] = trajectory.load_text(self.dir.blobs, sha, kind)
         if c["input"] is None and self.broker and c["key"]:
             c["input"] = self.farm.item_input(rid, c["key"], SHOWN_CHARS)
             c["input_source"] = "farm run store" if c["input"] is not None else None
         return c
+
+    def trajectory(self, sha: str) -> dict[str, Any]:
+        """A stored trajectory's timeline by its SHA-256 (the A/B page's side by side)."""
+        return trajectory.load(self.dir.blobs, safe.sha256_name(sha))
 
     def refs(self) -> list[str]:
         """What the diff page offers: baselines, then the newest runs."""

@@ -97,7 +97,20 @@ trials {{ run.trials }} · finished {{ run.finished_at | ts }} · {{ run.duratio
 </section>
 {% endblock %}"""
 
-CASE = """{% extends "base.html" %}{% block title %}Case {{ c.index }}{% endblock %}{% block main %}
+TIMELINE = """{% macro timeline(t, sha, id="trajectory") %}<section id="{{ id }}" class="trajectory"><h2>Trajectory <small>{{ t.agent }}: {{ t.steps | length }} steps{% if t.input_tokens is not none %} · {{ t.input_tokens | num }} tokens in / {{ t.output_tokens | num }} out{% endif %}</small></h2>
+{% if t.missing %}<p class="warn" id="trajectory-missing">trajectory {{ sha[:12] }} not shown: {{ t.missing }}</p>{% else %}
+<p class="meta" id="trajectory-sources">sources: {{ t.sources | join(" and ") or "agent" }}{% if t.relay_only %} · {{ t.relay_only }}{% endif %}</p>
+{% if t.mismatch %}<p class="warn" id="trajectory-mismatch">MISMATCH: {{ t.mismatch }}</p>{% endif %}
+<ol class="timeline">{% for s in t.steps %}<li class="step step-{{ s.source }}" data-source="{{ s.source }}"{% if s.only %} data-only="{{ s.only }}"{% endif %}>
+<span class="meta">{{ s.source | replace("_", " ") }}{% if s.timestamp %} · {{ s.timestamp }}{% endif %}{% if s.only %} · <span class="warn only">seen by the {{ s.only }} only</span>{% endif %}</span>
+{% if s.source == "model_call" %}<span class="tokens">{{ s.model or "" }} · {{ s.input_tokens | num }} tokens in{% if s.cached_input_tokens %} ({{ s.cached_input_tokens | num }} cached){% endif %}{% if s.output_tokens is not none %} / {{ s.output_tokens | num }} out{% endif %}{% if s.scope %} (per {{ s.scope }}){% endif %}{% if s.latency_ms is not none %} · {{ s.latency_ms | num }} ms{% endif %}{% if s.cost_usd %} · {{ s.cost_usd | usd }}{% endif %}</span>
+{% elif s.source == "agent" %}<pre class="agent-text{% if s.thinking %} thinking{% endif %}">{{ s.text }}</pre>
+{% elif s.source == "tool_call" %}<b class="tool-name">{{ s.name }}</b><pre class="tool-args">{{ s.arguments }}</pre>
+{% else %}<details class="tool-result"><summary>result{% if s.is_error %} (error){% endif %}{% if s.exit_code is not none %} · exit {{ s.exit_code | num }}{% endif %}{% if s.original_chars %} · cut from {{ s.original_chars | num }} characters{% endif %}</summary><pre>{{ s.content }}</pre></details>{% endif %}
+</li>{% endfor %}</ol>{% if t.not_shown %}<p class="warn">{{ t.not_shown }} more steps not shown</p>{% endif %}{% endif %}
+</section>{% endmacro %}"""
+
+CASE = """{% extends "base.html" %}{% from "timeline.html" import timeline %}{% block title %}Case {{ c.index }}{% endblock %}{% block main %}
 <p><a href="/runs/{{ c.run.run_id | urlencode }}#cases">← run {{ c.run.run_id }}</a> · spec <span class="spec">{{ c.run.spec_name }}</span></p>
 <h1>{{ c.adapter }} / {{ c.prompt_id }} <small>trial {{ c.trial }}</small> <span class="s-{{ c.status }}">{{ c.status }}</span>
 {% if c.failure_mode %}<span class="mode">{{ c.failure_mode }}</span>{% endif %}{% if c.failure_class %} <span class="mode" id="failure-class">{{ c.failure_class }}</span>{% endif %}</h1>
@@ -111,16 +124,14 @@ CASE = """{% extends "base.html" %}{% block title %}Case {{ c.index }}{% endbloc
 <section><h2>Output</h2>{% if c.output is not none %}<pre id="case-output">{{ c.output }}</pre>{% if c.output_truncated %}<p class="warn" id="output-cut">the first {{ c.output | length }} characters shown{% if c.output_bytes %} (the whole output: about {{ c.output_bytes }} bytes){% endif %}</p>{% endif %}
 <p class="meta"><a id="output-download" href="/runs/{{ c.run.run_id | urlencode }}/cases/{{ c.index }}/output" download>download the whole output</a></p>{% else %}<p class="meta">no output</p>{% endif %}
 {% for k, why in c.dropped.items() %}<p class="warn">{{ k }} not shown: {{ why }}</p>{% endfor %}</section></div>
-{% if c.trajectory %}<section id="trajectory"><h2>Trajectory <small>{{ c.trajectory.agent }}: {{ c.trajectory.steps | length }} steps{% if c.trajectory.input_tokens is not none %} · {{ c.trajectory.input_tokens | num }} tokens in / {{ c.trajectory.output_tokens | num }} out{% endif %}</small></h2>
-{% if c.trajectory.missing %}<p class="warn" id="trajectory-missing">trajectory {{ c.trajectory_sha256[:12] }} not shown: {{ c.trajectory.missing }}</p>{% else %}
-<ol class="timeline">{% for s in c.trajectory.steps %}<li class="step step-{{ s.source }}" data-source="{{ s.source }}">
-<span class="meta">{{ s.source | replace("_", " ") }}{% if s.timestamp %} · {{ s.timestamp }}{% endif %}</span>
-{% if s.source == "model_call" %}<span class="tokens">{{ s.model or "" }} · {{ s.input_tokens | num }} tokens in{% if s.cached_input_tokens %} ({{ s.cached_input_tokens | num }} cached){% endif %}{% if s.output_tokens is not none %} / {{ s.output_tokens | num }} out{% endif %}{% if s.scope %} (per {{ s.scope }}){% endif %}</span>
-{% elif s.source == "agent" %}<pre class="agent-text{% if s.thinking %} thinking{% endif %}">{{ s.text }}</pre>
-{% elif s.source == "tool_call" %}<b class="tool-name">{{ s.name }}</b><pre class="tool-args">{{ s.arguments }}</pre>
-{% else %}<details class="tool-result"><summary>result{% if s.is_error %} (error){% endif %}{% if s.exit_code is not none %} · exit {{ s.exit_code | num }}{% endif %}{% if s.original_chars %} · cut from {{ s.original_chars | num }} characters{% endif %}</summary><pre>{{ s.content }}</pre></details>{% endif %}
-</li>{% endfor %}</ol>{% if c.trajectory.not_shown %}<p class="warn">{{ c.trajectory.not_shown }} more steps not shown</p>{% endif %}{% endif %}
-</section>{% endif %}
+{% if c.trajectory %}{{ timeline(c.trajectory, c.trajectory_sha256) }}{% endif %}
+{% if c.patch %}<section id="patch"><h2>Patch <small>{{ c.patch.bytes | num if c.patch.bytes is defined else "" }} bytes</small></h2>
+{% if c.patch.missing %}<p class="warn">patch {{ c.artifacts.patch[:12] }} not shown: {{ c.patch.missing }}</p>{% else %}
+<pre class="diff">{% for cls, line in c.patch.lines %}<span class="d-{{ cls }}">{{ line }}</span>
+{% endfor %}</pre>{% if c.patch.cut %}<p class="warn">the first {{ c.patch.lines | length }} lines shown</p>{% endif %}{% endif %}</section>{% endif %}
+{% if c.log %}<section id="check-log"><h2>Check log</h2>
+{% if c.log.missing %}<p class="warn">check log {{ c.artifacts.log[:12] }} not shown: {{ c.log.missing }}</p>{% else %}
+<pre class="check-log">{{ c.log.text }}</pre>{% if c.log.cut %}<p class="warn">the first part shown of {{ c.log.bytes | num }} bytes</p>{% endif %}{% endif %}</section>{% endif %}
 <section><h2>Checks <small>golden: {{ "pass" if c.golden_passed else "fail" if c.golden_passed is false else "n/a" }}</small></h2>
 {% if c.golden_reason %}<p>{{ c.golden_reason }}</p>{% endif %}
 <table class="checks"><thead><tr><th>check</th><th>verdict</th><th>reason</th></tr></thead><tbody>
@@ -184,12 +195,24 @@ AB = """{% extends "base.html" %}{% block title %}A/B {{ a.sha256[:12] }}{% endb
 <section><h2>Deltas (b − a) with 95% intervals</h2>
 <p class="meta">{% for c in a.comparisons %}<b>{{ c.label }}</b>{% if c.honest %} (honest){% else %} (conflated){% endif %}: {{ c.b }} vs {{ c.a }}{% if not loop.last %} · {% endif %}{% endfor %}. An interval that crosses the dashed zero line is no evidence of a difference.</p>
 {% for name, svg in interval_charts %}<h3>{{ name | replace("_", " ") }}</h3>{{ svg }}{% endfor %}</section>
+{% if tasks %}<section id="ab-tasks"><h2>Tasks <small>failed by an arm first; open two arms' trajectories side by side</small></h2>
+<table class="ab-tasks"><thead><tr><th>task</th><th>trial</th>{% for r in a.arms %}<th>{{ r.name }}</th>{% endfor %}<th></th></tr></thead><tbody>
+{% for t in tasks %}<tr class="ab-task{% if t.failed %} failed{% endif %}" data-task="{{ t.task }}"><td>{{ t.task }}</td><td>{{ t.trial }}</td>
+{% for r in a.arms %}{% set x = t.arms.get(r.name) %}<td class="{{ 's-passed' if x and x.passed else 's-failed' if x and x.passed is false else 'meta' }}">{% if x %}{{ x.class or ("pass" if x.passed else "fail" if x.passed is false else "n/a") }}{% else %}n/a{% endif %}</td>{% endfor %}
+<td>{% if t.arms.values() | selectattr("trajectory") | list %}<a class="side-link" href="/ab/{{ a.sha256 }}/side?{{ {"task": t.task, "trial": t.trial} | urlencode }}">trajectories side by side</a>{% endif %}</td></tr>{% endfor %}</tbody></table></section>{% endif %}
 {% if a.sequential %}{% set q = a.sequential %}<section id="ab-sequential"><h2>Sequential test <small>{{ q.method }}, alpha {{ q.alpha }}, margin ±{{ q.margin }}</small></h2>
 <p class="meta" id="seq-summary"><b>{{ q.decision }}</b>{% if q.decision_round %} at round {{ q.decision_round }}{% endif %} · {{ q.rounds }} of at most {{ q.max_trials }} round(s) · stopped: {{ q.stopped_because }}
 {% if q.saved_vs_max is not none %} · {{ q.saved_vs_max | num }} items fewer than {{ q.max_trials }} trials per task{% endif %}
 {% if q.saved_vs_power is not none %} · {{ q.saved_vs_power | num }} items vs a fixed design sized for the observed difference ({{ q.fixed_trials | num }} trials per task){% endif %}</p>
 <p class="meta">Pass rate b − a: each round's anytime-valid interval (all valid at once, so looking after every round is allowed), the estimate through them, zero dashed{% if q.margin %}, the equivalence margin{% endif %}, and where it stopped.</p>
 {{ seq_chart }}</section>{% endif %}
+{% endblock %}"""
+
+AB_SIDE = """{% extends "base.html" %}{% from "timeline.html" import timeline %}{% block title %}A/B {{ sha[:12] }}: {{ task }}{% endblock %}{% block main %}
+<p><a href="/ab/{{ sha }}#ab-tasks">← A/B {{ sha[:12] }}</a></p>
+<h1>{{ task }} <small>trial {{ trial }}</small></h1>
+<div class="sides">{% for arm in arms %}<div class="side" data-arm="{{ arm.name }}"><h2>{{ arm.name }} <span class="mode">{{ arm.class or ("pass" if arm.passed else "fail" if arm.passed is false else "n/a") }}</span></h2>
+{% if arm.trajectory %}{{ timeline(arm.trajectory, arm.sha, "trajectory-" ~ loop.index) }}{% else %}<p class="meta">no trajectory recorded for this arm's run</p>{% endif %}</div>{% endfor %}</div>
 {% endblock %}"""
 
 FARM = """{% extends "base.html" %}{% block title %}Farm{% endblock %}{% block main %}
@@ -206,4 +229,4 @@ ERROR = """{% extends "base.html" %}{% block title %}{{ code }}{% endblock %}{% 
 <h1>{{ code }}</h1><p class="warn">{{ message }}</p><p><a href="/runs">back to the runs</a></p>{% endblock %}"""
 
 TEMPLATES = {"base.html": BASE, "runs.html": RUNS, "run.html": RUN, "case.html": CASE, "diff.html": DIFF,
-             "ab_list.html": AB_LIST, "ab.html": AB, "farm.html": FARM, "error.html": ERROR, "pager.html": PAGER}
+             "ab_list.html": AB_LIST, "ab.html": AB, "ab_side.html": AB_SIDE, "timeline.html": TIMELINE, "farm.html": FARM, "error.html": ERROR, "pager.html": PAGER}

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from . import safe
-from .trajectory import ref as trajectory_ref
+from .trajectory import artifact_refs, ref as trajectory_ref
 from ..core.report.model import SCHEMA as REPORT_SCHEMA
 from ..core.verdict import stopped
 from ..runs.registry import result_of
@@ -146,7 +146,7 @@ def outcome(i: int, o: dict[str, Any], cut: dict[str, int], limit: int) -> dict[
         "judge_cost_usd": safe.num(o.get("judge_cost_usd")) or 0.0, "attempts": safe.num(o.get("attempts")),
         "cached": o.get("cached") is True, "error": error,
         "failure_class": safe.opt_text(o.get("failure_class"), 40) or None,
-        "trajectory_sha256": trajectory_ref(o),
+        "trajectory_sha256": trajectory_ref(o), "artifacts": artifact_refs(o),
     }
     out["status"] = status(o, error)
     return out

@@ -40,6 +40,16 @@ def error_of(exc: BaseException, stage: str) -> dict[str, Any]:
             "status": getattr(exc, "status", None), "attempts": getattr(exc, "attempts", None)}
 
 
+def _unsent(out: Outcome, adapter: Any) -> Outcome:
+    """An item the budget stopped before it was sent; an agent adapter's says so in its ``agent`` record,
+    so its failure class is ``budget_stopped`` (core/failure.py) and the report counts it apart."""
+    out.skipped = SKIPPED_BUDGET
+    spec = getattr(adapter, "spec", None)
+    if getattr(spec, "is_agent", False) is True:
+        out.agent = {"agent": getattr(spec, "agent", None), "ran": False}
+    return out
+
+
 class Engine:
     """A run's adapters (by adapter id), its judge and the judge's pass score, and a response cache."""
 
@@ -89,8 +99,7 @@ class Engine:
         out = Outcome(key=item.key, prompt_id=item.prompt.id, adapter=item.adapter, trial=item.trial)
         started = time.perf_counter() if since is None else since
         if await self._over_budget():
-            out.skipped = SKIPPED_BUDGET
-            return out
+            return _unsent(out, self.adapters.get(item.adapter))
         token = CURRENT_KEY.set(item.key)  # a batched adapter's custom_id
         try:
             with guarding(self.budget), calling(item.adapter, time.perf_counter) as observed:
@@ -101,8 +110,7 @@ class Engine:
         except InfrastructureError:
             raise
         except BudgetExhausted:  # reached while this call waited for a slot or a retry: it was not sent
-            out.skipped = SKIPPED_BUDGET
-            return out
+            return _unsent(out, self.adapters.get(item.adapter))
         except Exception as exc:  # a provider failure is a runtime error, never a quality failure
             out.error = error_of(exc, "adapter")
             out.attempts = getattr(exc, "attempts", None)

@@ -14,12 +14,13 @@ from datetime import datetime, timezone
 from ..envvars import env_int
 from ..logs import get_logger
 from ..core.report.builder import ReportBuilder
-from ..core.report.framing import head_bytes, section_lines
+from ..core.report.framing import PROMPTS_OPEN, REPORT_CLOSE, head_bytes, section_lines
 from ..core.report.markdown import render_markdown
 from ..spec.models import EvalSpec
 from .store import COST_SCALE, SPENT_FIELD, RunStore, batched
 
 log = get_logger("evalfarm.aggregate")
+SEP = b",\n    "  # between two lines of a report section (core/report/framing.section_lines)
 RUN_TTL_S = 7 * 86400
 
 
@@ -53,9 +54,14 @@ def finalize(store: RunStore, run_id: str, stopped: str | None = None) -> bool:
         log.warning("aggregate_incomplete", run_id=run_id, done=done, total=meta["total"])
         return False
     builder = ReportBuilder(spec_of(meta), meta["trials"])
+    store.mark_aggregating(run_id)  # renewed below: a big run's aggregate takes longer than wait's patience
     store.clear_report(run_id)
+    if meta.get("archive"):
+        return _finalize_archived(store, run_id, meta, builder, stopped)
     first = True
-    for keys in batched(store.iter_item_keys(run_id), 1000):
+    for n, keys in enumerate(batched(store.iter_item_keys(run_id), 1000)):
+        if n % 20 == 19:
+            store.mark_aggregating(run_id)
         lines = [line for line in (builder.add(raw) for raw in store.get_results(run_id, keys) if raw is not None)
                  if line is not None]
         if lines:
@@ -65,12 +71,7 @@ def finalize(store: RunStore, run_id: str, stopped: str | None = None) -> bool:
     for prompts in batched(store.iter_prompts(run_id), 1000):
         store.append_report(run_id, section_lines(prompts, first), "prompts")
         first = False
-    finished = datetime.now(timezone.utc)
-    started = datetime.fromisoformat(meta["started_at"])
-    head = builder.head(run_id=run_id, spec_hash=meta.get("spec_hash") or "", mode=meta["mode"],
-                        started_at=meta["started_at"], finished_at=finished.isoformat(timespec="milliseconds"),
-                        duration_s=(finished - started).total_seconds(), items_planned=meta["total"],
-                        stopped=stopped, **budget_of(store, run_id, meta))
+    head = _head(store, run_id, meta, builder, stopped)
     store.put_blob(run_id, "summary", json.dumps(head).encode())
     store.put_blob(run_id, "markdown", render_markdown(head, builder.failed).encode())
     store.put_report_head(run_id, head_bytes(head))
@@ -79,3 +80,77 @@ def finalize(store: RunStore, run_id: str, stopped: str | None = None) -> bool:
     store.transition(run_id, stopped or "done", None, finished_at=head["finished_at"])
     store.expire_run(run_id, run_ttl_s())
     return True
+
+
+def _finalize_archived(store, run_id: str, meta: dict, builder: ReportBuilder, stopped: str | None) -> bool:
+    """An archived run (``executors/archive.py``): the report's sections are written to the archive as
+    they stream from its segments, in plan order, one segment in memory at a time; the head goes to
+    the archive and to Redis last."""
+    from ..core.report.index import LINE_INDENT, IndexWriter
+    from .archive import RunArchive
+
+    run = RunArchive.of(meta["archive"], run_id)
+    segments = int(meta["segments"])
+
+    index = IndexWriter()
+    at = {"outcomes": 0, "prompts": 0}  # bytes of each section written so far
+
+    def framed(section: str, lines: list[bytes], on_line) -> bytes:
+        """``section_lines`` for bytes, noting where each line ("    {json},") starts in the section."""
+        prefix = b"\n    " if at[section] == 0 else b",\n    "
+        pos = at[section] + len(prefix)
+        for i, line in enumerate(lines):
+            on_line(i, pos - LINE_INDENT, LINE_INDENT + len(line) + 1)
+            pos += len(line) + len(SEP)
+        chunk = prefix + SEP.join(lines)
+        at[section] += len(chunk)
+        return chunk
+
+    def outcomes():
+        for seg in range(segments):
+            if seg % 100 == 99:
+                store.mark_aggregating(run_id)
+            have = run.out(seg)
+            lines, parsed = [], []
+            for item in run.plan(seg):
+                raw = have.get(json.loads(item)["key"])
+                line = builder.add(raw) if raw is not None else None
+                if line is not None:
+                    lines.append(line.encode("utf-8"))
+                    parsed.append(builder.last)
+            if lines:
+                yield framed("outcomes", lines, lambda i, off, n: index.add(off, n, parsed[i]))
+        index.last_line_has_no_comma()
+
+    def prompts():
+        for seg in range(segments):
+            lines = [p.encode("utf-8") for p in run.prompts(seg)]
+            if lines:
+                ids = [json.loads(p).get("id") for p in lines]
+                yield framed("prompts", lines, lambda i, off, n: index.add_prompt(ids[i], off, n))
+        index.last_line_has_no_comma("prompts")
+
+    run.put_section("outcomes", outcomes())
+    run.put_section("prompts", prompts())
+    head = _head(store, run_id, meta, builder, stopped)
+    head_b = head_bytes(head)
+    # where the sections start in the report file: after the head, and after the outcomes and PROMPTS_OPEN
+    run.put_index(index.chunks(len(head_b), len(head_b) + at["outcomes"] + len(PROMPTS_OPEN),
+                               {"size": len(head_b) + at["outcomes"] + len(PROMPTS_OPEN) + at["prompts"]
+                                + len(REPORT_CLOSE)}))
+    run.put_head(head_b)
+    store.put_blob(run_id, "summary", json.dumps(head).encode())
+    store.put_blob(run_id, "markdown", render_markdown(head, builder.failed).encode())
+    store.put_archived_report(run_id, meta["archive"], head_b)
+    store.transition(run_id, stopped or "done", None, finished_at=head["finished_at"])
+    store.expire_run(run_id, run_ttl_s())
+    return True
+
+
+def _head(store, run_id: str, meta: dict, builder: ReportBuilder, stopped: str | None) -> dict:
+    finished = datetime.now(timezone.utc)
+    started = datetime.fromisoformat(meta["started_at"])
+    return builder.head(run_id=run_id, spec_hash=meta.get("spec_hash") or "", mode=meta["mode"],
+                        started_at=meta["started_at"], finished_at=finished.isoformat(timespec="milliseconds"),
+                        duration_s=(finished - started).total_seconds(), items_planned=meta["total"],
+                        stopped=stopped, **budget_of(store, run_id, meta))

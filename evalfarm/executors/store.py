@@ -113,6 +113,15 @@ class RunStore(ABC):
     def counters(self, run_id: str) -> dict[str, int]: ...
 
     @abstractmethod
+    def note_start(self, run_id: str, key: str) -> int:
+        """One more start of an item's spawn task; returns how many there have been. A start that finds
+        an earlier one without a result means the worker running it died (executors/celery/work.py)."""
+
+    @abstractmethod
+    def unnote_start(self, run_id: str, key: str) -> None:
+        """Take back one start of an item: a cancel stopped it, its worker did not die."""
+
+    @abstractmethod
     def put_pending(self, run_id: str, outcomes: list[dict[str, Any]]) -> None:
         """Outcomes called but not yet judged (they wait for the judge queue)."""
 
@@ -169,6 +178,12 @@ class RunStore(ABC):
     def expire_run(self, run_id: str, ttl_s: int) -> None:
         """A finished run's keys expire (its report is on the user's disk by then)."""
 
+    def mark_aggregating(self, run_id: str, ttl_s: int = 30) -> None:
+        """The aggregate is at work on the run (renewed as it goes): nobody sends another meanwhile."""
+
+    def aggregating(self, run_id: str) -> bool:
+        return False
+
     def get_report(self, run_id: str) -> bytes | None:
         return b"".join(self.iter_report(run_id)) if self.report_size(run_id) else None
 
@@ -190,6 +205,16 @@ class MemoryStore(RunStore):
         self._bodies: dict[tuple[str, str], list[bytes]] = {}
         self._blobs: dict[tuple[str, str], bytes] = {}
         self._locks: dict[tuple[str, str], tuple[str, float]] = {}
+        self._starts: dict[tuple[str, str], int] = {}
+
+    def note_start(self, run_id: str, key: str) -> int:
+        with self._lock:
+            n = self._starts[(run_id, key)] = self._starts.get((run_id, key), 0) + 1
+            return n
+
+    def unnote_start(self, run_id: str, key: str) -> None:
+        with self._lock:
+            self._starts[(run_id, key)] = max(0, self._starts.get((run_id, key), 0) - 1)
 
     def ping(self) -> None:
         pass

@@ -7,7 +7,9 @@ turn) holding the reply's text (``message``), thinking (``reasoning_content``), 
 their results (``observation.results`` by ``source_call_id``) and ``metrics`` (``prompt_tokens`` with
 cached tokens included, ``cached_tokens``, ``completion_tokens`` where the agent reports them; Claude
 Code's streamed count goes to ``metrics.extra``). A cut tool result says so in the step's ``extra``.
-``final_metrics`` are the agent's own totals. Pure: dicts in, dicts out; the CLI reads and writes.
+``final_metrics`` are the agent's own totals. A model call only the relay saw (model_relay.py) is an
+``agent`` step of its own (``extra.seen_by``), except in a Codex turn, whose per-request calls go to the
+turn step's ``extra.relay_calls`` (the turn's metrics already count them). Pure: dicts in, dicts out; the CLI reads and writes.
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ class _Step:
         self.timestamp: str | None = None
         self.cuts: list[dict[str, Any]] = []
         self.errors: list[str] = []
+        self.extra: dict[str, Any] = {}
 
     def empty(self) -> bool:
         return not (self.message or self.reasoning or self.calls or self.results or self.metrics)
@@ -74,7 +77,7 @@ class _Step:
             out["observation"] = {"results": self.results}
         if self.metrics:
             out["metrics"] = self.metrics
-        extra = {}
+        extra = dict(self.extra)
         if self.cuts:
             extra["cut"] = self.cuts
         if self.errors:
@@ -93,10 +96,16 @@ def to_atif(trajectory: dict[str, Any], outcome: dict[str, Any], run_id: str) ->
         steps.append({"step_id": 1, "source": "user", "message": str(trajectory["task"])})
     per_turn = trajectory.get("agent") == "codex"  # usage per turn, reported at its end
     current = _Step()
+    relay_calls: list[dict[str, Any]] = []
     for s in trajectory.get("steps") or []:
         if s.get("source") == "model_call":
+            if per_turn and s.get("scope") != "turn" and s.get("seen_by") == ["relay"]:
+                relay_calls.append({**_metrics(s), "latency_ms": s.get("latency_ms"), "status": s.get("status")})
+                continue
             if per_turn:
                 current.metrics = _metrics(s)
+                if relay_calls:
+                    current.extra["relay_calls"], relay_calls = relay_calls, []
                 steps.append(current.atif(len(steps) + 1, model))
                 current = _Step()
                 continue
@@ -105,6 +114,8 @@ def to_atif(trajectory: dict[str, Any], outcome: dict[str, Any], run_id: str) ->
             current = _Step()
             current.metrics, current.model = _metrics(s), s.get("model")
             current.timestamp = s.get("timestamp")
+            if s.get("seen_by"):
+                current.extra["seen_by"] = s["seen_by"]
             continue
         current.take(s)
     if not current.empty():
@@ -120,8 +131,11 @@ def to_atif(trajectory: dict[str, Any], outcome: dict[str, Any], run_id: str) ->
                   "version": str(trajectory.get("version") or agent.get("version") or "unknown"),
                   **({"model_name": model} if model else {})},
         "steps": steps,
-        "notes": ("exported by evalfarm from the agent's own JSON output; per-step cost is not reported by the "
-                  "agent; tool results longer than "
+        "notes": ("exported by evalfarm from the agent's own output and the model relay's record (sources: "
+                  f"{', '.join(trajectory.get('sources') or ['agent'])}); "
+                  + ("the two accounts DISAGREE: " + str((trajectory.get("agreement") or {}).get("why")) + "; "
+                     if (trajectory.get("agreement") or {}).get("mismatched") else "")
+                  + "per-step cost only where the agent reports it; tool results longer than "
                   f"{trajectory.get('tool_result_max_chars')} characters were cut when stored (step extra.cut)"),
         "final_metrics": {k: v for k, v in final.items() if v is not None},
         "extra": {"run_id": run_id, "item": outcome.get("key"), "adapter": outcome.get("adapter"),

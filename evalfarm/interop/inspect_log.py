@@ -88,11 +88,14 @@ def status_of(report: dict[str, Any]) -> tuple[str, str | None]:
 
 
 def eval_log(report: dict[str, Any], adapter: str, prompts: dict[str, dict[str, Any]] | None = None,
-             adapter_spec: dict[str, Any] | None = None, evalfarm_version: str = "") -> dict[str, Any]:
+             adapter_spec: dict[str, Any] | None = None, evalfarm_version: str = "",
+             trajectories: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The Inspect log (a JSON-ready dict) for one adapter of a validated report.
 
     ``prompts`` maps prompt id -> {"text", "system", "target"} from the spec (the report stores
-    outputs, not inputs); ``adapter_spec`` is the adapter's spec entry (model, provider, params)."""
+    outputs, not inputs); ``adapter_spec`` is the adapter's spec entry (model, provider, params);
+    ``trajectories`` maps an agent item's key to its stored trajectory: the sample's ``events``
+    (inspect_events.py)."""
     outcomes = [o for o in report["outcomes"] if o["adapter"] == adapter]
     model = f"{adapter_spec.get('provider', 'openai')}/{adapter_spec['model']}" if adapter_spec else adapter
     judge = report.get("judge") if isinstance(report.get("judge"), dict) else None
@@ -103,7 +106,17 @@ def eval_log(report: dict[str, Any], adapter: str, prompts: dict[str, dict[str, 
     totals: dict[str, dict[str, Any]] = {}
     samples = []
     for o in outcomes:
-        samples.append(_sample(o, model, judge_model, (prompts or {}).get(o["prompt_id"]), totals))
+        sample = _sample(o, model, judge_model, (prompts or {}).get(o["prompt_id"]), totals)
+        trajectory = (trajectories or {}).get(o.get("key"))
+        if trajectory is not None:
+            from .inspect_events import events
+
+            sample["events"] = events(trajectory, model, created)
+            agent = o.get("agent") if isinstance(o.get("agent"), dict) else {}
+            sample["metadata"]["trajectory"] = {"sha256": agent.get("trajectory_sha256"),
+                                                "sources": trajectory.get("sources"),
+                                                "mismatch": agent.get("trajectory_mismatch")}
+        samples.append(sample)
     status, error = status_of(report)
     ids = list(dict.fromkeys(o["prompt_id"] for o in outcomes))
     params = (adapter_spec or {}).get("params") or {}

@@ -238,3 +238,35 @@ def outcomes_of(path: Path, consume: Callable[[Iterable[dict[str, Any]]], T]) ->
     except ValueError:
         with open(path, encoding="utf-8") as fh:
             return consume(json.load(fh).get("outcomes") or [])
+
+
+def save_index(json_path: Path, chunks: Iterable[bytes]) -> Path | None:
+    """Put a report's case index (``core/report/index.py``) beside the saved report, stamped with the
+    file's identity (size, mtime, inode, the hash its lineage stub records): a reader trusts it only for
+    that very file. Nothing is written when the index does not describe a file of this size."""
+    from ..core.report.index import MAGIC
+
+    it = iter(chunks)
+    first = b""
+    for chunk in it:
+        first += chunk
+        if b"\n" in first[len(MAGIC):]:
+            break
+    if not first.startswith(MAGIC):
+        return None
+    nl = first.index(b"\n", len(MAGIC))
+    header = json.loads(first[len(MAGIC):nl])
+    st = os.stat(json_path)
+    if (header.get("report") or {}).get("size") != st.st_size:
+        return None
+    stub = json.loads(json_path.with_name(json_path.name[:-5] + ".lineage.json").read_bytes())
+    header["report"] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
+                        "digest": stub.get("content_hash")}
+    out = json_path.with_name(json_path.name[:-5] + ".index")
+
+    def patched() -> Iterator[bytes]:
+        yield MAGIC + json.dumps(header).encode() + b"\n" + first[nl + 1:]
+        yield from it
+
+    write_stream(out, patched())
+    return out

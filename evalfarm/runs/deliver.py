@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.report.framing import iter_outcome_lines
-from .archive import list_runs, save_report_stream, write_stream
+from .archive import list_runs, save_index, save_report_stream, write_stream
 from .ledger import append_rows, run_rows
 from .registry import Registry
 from .state import StateDir
@@ -49,6 +49,10 @@ def deliver(store, run_id: str, state: StateDir, *, save: bool = True, output: P
     done.json_path, md_path = save_report_stream(summary, store.iter_report(run_id), state.root, done.markdown,
                                                  lineage)
     done.paths += [str(done.json_path), str(md_path)]
+    index = getattr(store, "report_index", None)  # an archived farm run: its case index, for big-run pages
+    chunks = index(run_id) if index is not None else None
+    if chunks is not None:
+        save_index(done.json_path, chunks)
     Registry(state.root).record(summary, done.json_path, dataset_hash=info.get("dataset_hash"),
                                 prompt=info.get("prompt"), models=info.get("models"),
                                 source_run=info.get("source_run"))

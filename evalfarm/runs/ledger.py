@@ -112,6 +112,10 @@ def agent_fields(outcome: dict[str, Any]) -> dict[str, Any]:
         "diff_files": diff.get("files") if measured else None,
         "diff_lines": (diff["insertions"] + diff["deletions"]) if measured and diff else None,
         "patch_sha256": diff.get("patch_sha256"), "check_exit": check.get("exit_code"),
+        # what the agent did, step by step (agents/trajectory.py): the A/B page opens two arms' side by side
+        "trajectory_sha256": info.get("trajectory_sha256"),
+        # the class decides whether the run is measured (ab/compare.py): an A/B row needs it as a run row does
+        **({"failure_class": outcome["failure_class"]} if outcome.get("failure_class") else {}),
         "error_message": (outcome.get("error") or {}).get("message") if not measured else None,
     }
 

@@ -17,14 +17,14 @@ import sqlite3
 from contextlib import closing
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from ..core.verdict import NOTHING, PASSED, run_verdict, stopped
 from ..errors import SpecError, UsageError
 from ..names import baseline_name_problem, printable
 from ..perms import file_mode, make_dir
-from ..core.verdict import case_rows
-from .archive import list_runs, load_report, outcomes_of, resolve_run, runs_dir
+from ..core.verdict import case_rows, iter_case_rows
+from .archive import iter_outcomes, list_runs, load_report, outcomes_of, resolve_run, runs_dir
 
 DB_NAME = "registry.db"
 BASELINE_PREFIX = "baseline:"
@@ -110,7 +110,6 @@ class Registry:
         stored outputs this run re-scored."""
         judge = report.get("judge")
         adapters = list(report.get("adapters") or report.get("per_adapter") or [])
-        rows = self._case_rows(report, Path(artifact))
         row = {
             "run_id": report["run_id"], "spec_name": report.get("spec_name"),
             "lineage_tag": report.get("lineage_tag"), "spec_hash": report.get("spec_hash"),
@@ -122,24 +121,33 @@ class Registry:
             "recorded_at": utc_now(), "result": result_of(report), "figures": figures_of(report),
             "artifact": self._store_path(Path(artifact)), "gate": gate,
             "models": {a: (models or {}).get(a) or a for a in adapters}, "source_run_id": source_run,
-            "verdicts": len(rows),
+            "verdicts": 0,
         }
-        cols = list(row)
-        values = [json.dumps(row[c]) if c in _JSON_COLS and row[c] is not None else row[c] for c in cols]
         with closing(self._connect()) as conn, conn:
+            try:  # a saved report in plan order: its cases streamed, a case at a time (a 1,000,000-item run)
+                row["verdicts"] = _put_verdicts(conn, row["run_id"], self._case_rows(report, Path(artifact), True))
+            except (ValueError, sqlite3.IntegrityError):  # not in evalfarm's layout, or a case's trials apart
+                # (the table keeps a case once: SQLite tells, Python holds nothing): read whole
+                row["verdicts"] = _put_verdicts(conn, row["run_id"], self._case_rows(report, Path(artifact)))
+            cols = list(row)
+            values = [json.dumps(row[c]) if c in _JSON_COLS and row[c] is not None else row[c] for c in cols]
             conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                          values)
-            _put_verdicts(conn, row["run_id"], rows)
         return self._entry(row)
 
     @staticmethod
-    def _case_rows(report: dict[str, Any], artifact: Path) -> list[tuple[str, str, str, int]]:
-        """A complete run's case verdicts (a partial run's are not a sample of anything)."""
+    def _case_rows(report: dict[str, Any], artifact: Path,
+                   streamed: bool = False) -> Iterable[tuple[str, str, str, int]]:
+        """A complete run's case verdicts (a partial run's are not a sample of anything); ``streamed``:
+        from the saved file a case at a time (ValueError, maybe after some rows, when it is not in
+        evalfarm's layout and plan order)."""
         if stopped(report):
             return []
         if "outcomes" in report:
             return case_rows(report["outcomes"])
-        return outcomes_of(artifact, case_rows) if artifact.is_file() else []
+        if not artifact.is_file():
+            return []
+        return iter_case_rows(iter_outcomes(artifact)) if streamed else outcomes_of(artifact, case_rows)
 
     @_db_errors
     def backfill_verdicts(self) -> int:
@@ -153,7 +161,7 @@ class Registry:
                 report = load_report(path) if path.is_file() else None
             except UsageError:
                 report = None
-            rows = self._case_rows(report, path) if report is not None else []
+            rows = list(self._case_rows(report, path)) if report is not None else []
             with closing(self._connect()) as conn, conn:
                 _put_verdicts(conn, r["run_id"], rows)
                 conn.execute("UPDATE runs SET verdicts = ? WHERE run_id = ?", (len(rows), r["run_id"]))
@@ -309,10 +317,20 @@ def _migrate(conn: sqlite3.Connection) -> None:
     conn.commit()
 
 
-def _put_verdicts(conn: sqlite3.Connection, run_id: str, rows: list[tuple[str, str, str, int]]) -> None:
+def _put_verdicts(conn: sqlite3.Connection, run_id: str, rows: Iterable[tuple[str, str, str, int]]) -> int:
+    """Replace a run's case verdicts with ``rows`` (streamed into SQLite); returns how many."""
     conn.execute("DELETE FROM case_verdicts WHERE run_id = ?", (run_id,))
+    n = 0
+
+    def counted():
+        nonlocal n
+        for r in rows:
+            n += 1
+            yield (run_id, *r)
+
     conn.executemany("INSERT INTO case_verdicts (run_id, adapter, case_id, verdict, trials) VALUES (?, ?, ?, ?, ?)",
-                     [(run_id, *r) for r in rows])
+                     counted())
+    return n
 
 
 def resolve_ref(ref: str, state_dir: Path | str) -> Path:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from pydantic import ValidationError
 
@@ -20,8 +20,14 @@ from .validation import message
 Origin = tuple[PromptSpec, str, "int | None"]  # (prompt, file, line) for error messages
 
 
-def check_duplicates(origins: Iterable[Origin]) -> int:
-    """Raises on the first duplicate id (naming where the first was); returns how many prompts."""
+def check_duplicates(origins: Iterable[Origin], again: "Callable[[], Iterable[Origin]] | None" = None) -> int:
+    """Raises on the first duplicate id (naming where the first was); returns how many prompts.
+
+    With ``again`` (the same origins once more: a streamed dataset is read again) only each id's hash
+    is kept, about 64 bytes an id instead of ~150 (a million-prompt dataset: 64 MB, not 143): where a
+    hash was seen before, ``again`` finds the id's first place, or shows the two ids only share a hash."""
+    if again is not None:
+        return _check_by_hash(origins, again)
     first: dict[str, str] = {}
     for prompt, path, line in origins:
         where = f"{path}:{line}" if line else path
@@ -31,6 +37,24 @@ def check_duplicates(origins: Iterable[Origin]) -> int:
                             path=path, line=line, field="id")
         first[prompt.id] = where
     return len(first)
+
+
+def _check_by_hash(origins: Iterable[Origin], again: "Callable[[], Iterable[Origin]]") -> int:
+    seen: set[int] = set()
+    n = 0
+    for prompt, path, line in origins:
+        h = hash(prompt.id)
+        if h in seen:
+            for i, (other, o_path, o_line) in enumerate(again()):
+                if i >= n:
+                    break  # the id only shares its hash with an earlier one: not a duplicate
+                if other.id == prompt.id:
+                    raise SpecError(f"duplicate prompt id {prompt.id!r} (first defined at "
+                                    f"{f'{o_path}:{o_line}' if o_line else o_path}); ids must be unique across "
+                                    "inline prompts and the dataset", path=path, line=line, field="id")
+        seen.add(h)
+        n += 1
+    return n
 
 
 def is_case_yaml(path: Path) -> bool:

@@ -87,7 +87,8 @@ def source_for(spec: EvalSpec, base_dir: Path, spec_path: Path | None = None,
         count = check_duplicates(origins + loaded)
         source = PromptSource(inline=tuple(spec.prompts), loaded=tuple(p for p, _, _ in loaded), count=count)
     else:  # a big JSONL: validate it all now (bad input stops here), keep only the ids; re-read when planning
-        count = check_duplicates(itertools.chain(origins, iter_jsonl(ds_path, spec_path)))
+        count = check_duplicates(itertools.chain(origins, iter_jsonl(ds_path, spec_path)),
+                                 again=lambda: itertools.chain(origins, iter_jsonl(ds_path, spec_path)))
         source = PromptSource(inline=tuple(spec.prompts), stream=ds_path, count=count)
     if not count:
         raise SpecError("no prompts: the dataset is empty and there are no inline prompts",

@@ -32,7 +32,7 @@ class ReportBuilder:
     def add(self, raw: str) -> str | None:
         """Aggregate one stored outcome; returns its line in the report file (None for a skipped item,
         which the report counts as left, not as an outcome)."""
-        o = json.loads(raw)
+        o = self.last = json.loads(raw)  # the parsed outcome, for a caller that indexes the line
         cost = (o.get("cost_usd") or 0.0) + (o.get("judge_cost_usd") or 0.0)
         self.spend += cost
         if o.get("skipped"):
@@ -40,6 +40,8 @@ class ReportBuilder:
             if cost:
                 self.unjudged += cost
                 self.unjudged_items += 1
+            if isinstance(o.get("agent"), dict):  # an agent task never sent: budget_stopped in its adapter's classes
+                self.agg.add(o)
             return None
         self.agg.add(o)
         self.errors.add(o)

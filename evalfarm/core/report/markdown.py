@@ -45,6 +45,12 @@ def render_markdown(report: dict[str, Any], failed: list[dict[str, Any]] | None 
     lines += [f"- result: **{verdict}**"]
     lines += [f"- {adapter}: {f['coverage_line']}" for adapter, f in report["per_adapter"].items()
               if f.get("coverage_line")]
+    for adapter, f in report["per_adapter"].items():
+        if f.get("trajectory_mismatches"):
+            lines.append(f"- {adapter}: {f['trajectory_mismatches']} trajectories MISMATCHED (the agent's account "
+                         "of its model calls and the model relay's differ)")
+            lines += [f"  - {m['prompt_id']} (trial {m['trial']}): {m['why']}"
+                      for m in f.get("trajectory_mismatch_examples") or []]
     if report.get("budget"):
         b = report["budget"]
         lines.append(f"- budget: ${b['limit_usd']:g}; spent ${b['spent_usd']:.6f}; items not measured "

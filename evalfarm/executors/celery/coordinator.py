@@ -12,6 +12,8 @@ import json
 import os
 import sys
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from itertools import chain, islice
 from typing import Any, Iterable, Iterator
 
@@ -26,11 +28,11 @@ from ..base import ProgressFn
 from ..finalize import run_ttl_s
 from ..store import Progress, batched, progress_of
 from .app import AGGREGATE, JUDGE_BATCH, RUN_BATCH, create_app
-from .batches import cancel_open, keys_in_open_batches, route_batches
-from .broker_scan import broker_keys, keys_in_broker
+from .batches import cancel_open, keys_in_open_batches, open_batches_line, route_batches
+from .broker_scan import broker_keys, broker_segments, keys_in_broker
 from .room import full, no_room, run_bytes
 from .settings import FarmSettings, pick_batch_size
-from .spawn import route_spawn, spawn_keys_in_broker, spawn_keys_in_hands
+from .spawn import agent_adapters, route_spawn, spawn_keys_in_broker, spawn_keys_in_hands
 from .store import probe, store_for
 from .transport import is_oom
 
@@ -40,6 +42,17 @@ LOCK_TTL_S = 5.0  # a dead holder's lock is gone this long after it stopped refr
 CHECK_EVERY_S = 0.25  # while dispatching: refresh the lock and read the state this often
 LIVE_STATES = ("planning", "dispatching", "running")
 SAMPLE_ITEMS = 200  # the plan's first items, measured to estimate the run's size in Redis
+
+
+def bit(bits: bytes, n: int) -> bool:
+    """Bit ``n`` of a Redis bitmap (GETBIT's order: most significant bit of each byte first)."""
+    return n // 8 < len(bits) and bool(bits[n // 8] & (0x80 >> (n % 8)))
+
+
+def seg_size(meta: dict[str, Any], seg: int) -> int:
+    """Items in segment ``seg`` of an archived run (the last one may be short)."""
+    b = int(meta["batch_size"])
+    return max(0, min(b, int(meta["total"]) - seg * b))
 
 
 def say(message: str) -> None:
@@ -123,6 +136,8 @@ class CeleryBackend:
         batch_size = pick_batch_size(plan.total, self.settings.batch_size)
         run_id = plan.run_id
         replay = engine is not None and engine.stored is not None
+        if self.settings.archive and not replay and not agent_adapters(plan.meta(self.mode)):
+            return self._start_archived(plan, batch_size)
         items = plan.items()
         sample = list(islice(items, SAMPLE_ITEMS))
         problem = no_room(self.store.r, plan.total, run_bytes(plan.total, (len(i.key) + len(i.to_json())
@@ -156,6 +171,66 @@ class CeleryBackend:
                 self.kick_aggregate(run_id)
             return
         self._dispatch(guard, batched(self.store.iter_item_keys(run_id), batch_size))
+
+    def _start_archived(self, plan: Plan, batch_size: int) -> None:
+        """A run whose plan and outcomes live on the archive (EVALFARM_ARCHIVE): Redis gets the meta, and
+        later a bit per finished segment and the counters; the plan streams to the archive a segment
+        (one batch) at a time, then its meta, then one message per segment carries only the segment's
+        number. Redis needs the same few hundred bytes whatever the run's size."""
+        from ..archive import RunArchive
+
+        run_id = plan.run_id
+        run = RunArchive.of(self.settings.archive or "", run_id)
+        meta = plan.meta(self.mode, batch_size=batch_size, archive=self.settings.archive)
+        self.store.create_run(run_id, meta)
+        token = self.store.acquire_lock(run_id, LOCK, LOCK_TTL_S) or ""
+        guard = _Guard(self, run_id, token)
+        segments = 0
+        try:
+            # the segments go up 8 at a time (an S3 PUT is tens of ms), at most 32 waiting in memory
+            with ThreadPoolExecutor(8, thread_name_prefix="evalfarm-plan") as pool:
+                writing: deque = deque()
+                for chunk in batched(plan.items(), batch_size):
+                    rows, prompts = store_rows(chunk)
+                    writing.append(pool.submit(run.put_plan, segments, [body for _, body in rows], prompts))
+                    segments += 1
+                    if len(writing) >= 32:
+                        writing.popleft().result()
+                    if segments % 50 == 0:
+                        self.store.touch_plan(run_id)  # a long plan's meta must not expire while it is written
+                    guard.check()
+                for f in writing:
+                    f.result()
+            self.store.persist_plan(run_id)
+            ok, state = self.store.transition(run_id, "dispatching", ("planning",), planned=True,
+                                              spec_hash=plan.spec_hash, segments=segments)
+            if not ok:
+                raise self.stopped_error(run_id, state)
+            run.put_meta({**meta, "planned": True, "spec_hash": plan.spec_hash, "segments": segments,
+                          "state": "dispatching"})
+        except BaseException as exc:
+            raise self._planning_failed(run_id, plan.total, exc, token) from None
+        self._dispatch_segments(guard, range(segments))
+
+    def _dispatch_segments(self, guard: _Guard, segments: Iterable[int]) -> None:
+        """One message per segment, ``[run_id, [], seg]``: the items are on the archive."""
+        run_id = guard.run_id
+        sent = 0
+        try:
+            with self.app.producer_or_acquire() as producer:
+                for seg in segments:
+                    guard.check()
+                    self.app.send_task(RUN_BATCH, args=[run_id, [], seg], producer=producer, queue="provider")
+                    sent += 1
+            ok, state = self.store.transition(run_id, "running", ("dispatching",))
+            if not ok and state != "done":
+                raise self.stopped_error(run_id, state)
+        except KeyboardInterrupt:
+            raise Interrupted(f"interrupted while dispatching run {run_id} ({sent:,} batches sent, they run on): "
+                              f"'evalfarm resume {run_id}' sends the rest, 'evalfarm cancel {run_id}' stops "
+                              "it") from None
+        finally:
+            self.store.release_lock(run_id, LOCK, guard.token)
 
     def _replay(self, run_id: str, engine: Engine, chunk: list) -> None:
         """Stage 1 of a re-scoring run's items, from the stored outputs: the judge's items go to the
@@ -253,7 +328,17 @@ class CeleryBackend:
         return FarmError(f"run {run_id} is {state} (another coordinator changed it); "
                          f"'evalfarm status {run_id}' shows where it stands")
 
+    def _on_archive(self, run_id: str) -> bool:
+        """The run's plan is on this farm's archive (EVALFARM_ARCHIVE)."""
+        from ..archive import RunArchive
+
+        return bool(self.settings.archive) and RunArchive.of(self.settings.archive or "", run_id).meta() is not None
+
     def vanished(self, run_id: str) -> RunVanished:
+        if self._on_archive(run_id):
+            return RunVanished(f"run {run_id} vanished from the run store at {redact(self.settings.run_store_url)} "
+                               f"(Redis lost its data); its plan and every finished batch are on the archive: "
+                               f"'evalfarm resume {run_id}' runs only what was not archived")
         return RunVanished(f"run {run_id} vanished from the run store at {redact(self.settings.run_store_url)}: "
                            "Redis lost its data (restarted without appendonly, flushed or evicted), and with it "
                            "the plan and every result so far; run the spec again (Redis with appendonly yes "
@@ -263,6 +348,8 @@ class CeleryBackend:
     def meta(self, run_id: str) -> dict[str, Any]:
         meta = self.store.get_meta(run_id)
         if meta is None:
+            if self._on_archive(run_id):  # Redis lost it, the archive has it: say how to go on
+                raise self.vanished(run_id)
             raise FarmError(f"run {run_id!r} not found in the run store; 'evalfarm status' lists the runs it has")
         return meta
 
@@ -309,9 +396,13 @@ class CeleryBackend:
                 raise self.stopped_error(run_id, None if p.state == "?" else p.state)
             if not warned and p.executed == 0 and time.monotonic() - started > self.settings.idle_warning_s:
                 warned = True
-                print(f"evalfarm: warning: no item of run {run_id} has finished after "
-                      f"{self.settings.idle_warning_s:.0f} s: is a worker consuming the provider queue? "
-                      "(evalfarm worker --broker ...)", file=sys.stderr, flush=True)
+                waiting = open_batches_line(self.store, run_id)
+                if waiting:  # a provider batch may take hours: nothing is wrong, say what the run waits for
+                    print(f"evalfarm: run {run_id} waits on {waiting}", file=sys.stderr, flush=True)
+                else:
+                    print(f"evalfarm: warning: no item of run {run_id} has finished after "
+                          f"{self.settings.idle_warning_s:.0f} s: is a worker consuming the provider queue? "
+                          "(evalfarm worker --broker ...)", file=sys.stderr, flush=True)
             now = (p.done, p.executed, p.pending_judge)
             if now != last:
                 moved_at, last = time.monotonic(), now
@@ -324,7 +415,7 @@ class CeleryBackend:
                 diagnosis = self._diagnose(run_id, p, time.monotonic() - moved_at, diagnosis)
             if p.done >= p.total:
                 complete_since = complete_since or time.monotonic()
-                if time.monotonic() - complete_since > stall_s:
+                if time.monotonic() - complete_since > stall_s and not self.store.aggregating(run_id):
                     self.kick_aggregate(run_id)
                     complete_since = time.monotonic()
             if timeout_s is not None and time.monotonic() - started > timeout_s:
@@ -429,6 +520,12 @@ class CeleryBackend:
         the ones already recorded included, so the broker's keys alone overcount (``status`` said
         "238/2000 done ... 2000 queued or in flight"). A separate spawn broker's keys count as queued
         (its messages are not told apart)."""
+        meta = self._meta.get(run_id) or self.meta(run_id)
+        if meta.get("archive") and "segments" in meta:
+            q, hands = broker_segments(self.store.r, run_id)
+            bits = self.store.segment_bits(run_id)
+            return (sum(seg_size(meta, s) for s in q - hands if not bit(bits, s)),
+                    sum(seg_size(meta, s) for s in hands if not bit(bits, s)))
         queued, in_hands, _ = broker_keys(self.store.r, run_id)
         queued |= spawn_keys_in_broker(self.settings, run_id)
         carried = list(queued | in_hands)
@@ -458,7 +555,12 @@ class CeleryBackend:
 
     def missing(self, run_id: str) -> tuple[list[str], list[str], int, int]:
         """(items neither done, nor awaiting the judge, nor in the broker; items awaiting a judge
-        that no message carries; how many are done; how many the broker holds)."""
+        that no message carries; how many are done; how many the broker holds). An archived run
+        answers by segment: ``seg:N`` for each missing segment."""
+        meta = self._meta.get(run_id) or self.meta(run_id)
+        if meta.get("archive"):
+            segs = self._missing_segments(run_id, meta)
+            return [f"seg:{s}" for s in segs[0]], [], self.store.counters(run_id).get("done", 0), len(segs[1])
         keys = list(self.store.iter_item_keys(run_id))
         done = self.store.done_keys(run_id, keys)
         pending = set(self.store.pending_keys(run_id))
@@ -467,10 +569,66 @@ class CeleryBackend:
         judge_missing = sorted(k for k in pending if k not in done and k not in queued)
         return missing, judge_missing, len(done), len(queued)
 
+    def _missing_segments(self, run_id: str, meta: dict[str, Any]) -> tuple[list[int], set[int]]:
+        """(an archived run's segments neither finished nor carried by a message, the carried ones)."""
+        if "segments" not in meta:  # a meta read while the run was planning
+            meta = self._meta[run_id] = self.meta(run_id)
+        q, hands = broker_segments(self.store.r, run_id)
+        carried = q | hands
+        bits = self.store.segment_bits(run_id)
+        return [s for s in range(int(meta["segments"])) if not bit(bits, s) and s not in carried], carried
+
+    def _restore(self, run_id: str) -> dict[str, Any] | None:
+        """An archived run Redis no longer knows (flushed, restarted without persistence): its meta comes
+        back from the archive, with no segment marked; ``resume`` sends every unmarked segment, and a
+        worker that finds a segment archived whole only marks it (nothing is called twice)."""
+        from ..archive import RunArchive
+
+        if not self.settings.archive:
+            return None
+        meta = RunArchive.of(self.settings.archive, run_id).meta()
+        if meta is None:
+            return None
+        meta = {**meta, "state": "dispatching", "restored": int(meta.get("restored", 0)) + 1}
+        self.store.create_run(run_id, meta)
+        self.store.persist_plan(run_id)
+        say(f"run {run_id} was gone from Redis; restored from the archive at {self.settings.archive}")
+        return meta
+
+    def _resume_archived(self, run_id: str, meta: dict[str, Any]) -> dict[str, int]:
+        if self.store.report_size(run_id):
+            return {"dispatched": 0, "judge": 0}
+        token = self._take_lock(run_id)
+        guard = _Guard(self, run_id, token)
+        try:
+            ok, state = self.store.transition(run_id, "dispatching", ("dispatching", "running", "cancelled"),
+                                              resumed=int(meta.get("resumed", 0)) + 1, failure=None)
+            if not ok:
+                if state == "done" or self.store.report_size(run_id):
+                    self.store.release_lock(run_id, LOCK, token)
+                    return {"dispatched": 0, "judge": 0}
+                raise self.stopped_error(run_id, state)
+            missing, carried = self._missing_segments(run_id, meta)
+            done = self.store.counters(run_id).get("done", 0)
+        except BaseException:
+            self.store.release_lock(run_id, LOCK, token)
+            raise
+        self._dispatch_segments(guard, missing)
+        if not missing and done >= meta["total"] and not self.store.aggregating(run_id):
+            self.kick_aggregate(run_id)
+        return {"dispatched": sum(seg_size(meta, s) for s in missing), "judge": 0, "already_done": done,
+                "in_broker": sum(seg_size(meta, s) for s in carried)}
+
     def resume(self, run_id: str, only: str | None = None) -> dict[str, int]:
         """Dispatch only what is missing; returns what was done. One resume at a time per run. ``only``
-        (a failure class, core/failure.py): a finished run's items of that class run again instead."""
-        meta = self.meta(run_id)
+        (a failure class, core/failure.py): a finished run's items of that class run again instead.
+        An archived run that Redis lost is restored from the archive first."""
+        meta = self.store.get_meta(run_id) or self._restore(run_id) or self.meta(run_id)
+        if meta.get("archive"):
+            if only is not None:
+                raise FarmError(f"run {run_id} is archived (EVALFARM_ARCHIVE): resume --only is not available "
+                                "for it; run the items of that class again with a new run")
+            return self._resume_archived(run_id, meta)
         if only is not None:
             return self._rerun_class(run_id, meta, only)
         if self.store.report_size(run_id):

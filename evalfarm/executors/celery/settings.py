@@ -23,6 +23,7 @@ class FarmSettings:
     idle_warning_s: float = 30.0  # warn when nothing has finished after this long (no worker?)
     stall_notice_s: float = 20.0  # say why when a run has not moved for this long (full Redis, lost items)
     connect_timeout_s: float = 10.0  # an unreachable broker fails within this (EVALFARM_CONNECT_TIMEOUT)
+    archive: str | None = None  # EVALFARM_ARCHIVE: a shared directory or s3://bucket/prefix (executors/archive.py)
     blob_dir: str | None = None  # a worker's directory for agents' patches and logs (the worker command sets it)
 
     @property
@@ -57,13 +58,29 @@ class FarmSettings:
             visibility_timeout=env_int("EVALFARM_VISIBILITY_TIMEOUT", 900, 1, 7 * 86400),
             visibility_explicit="EVALFARM_VISIBILITY_TIMEOUT" in env,
             stall_notice_s=env_int("EVALFARM_STALL_NOTICE_S", 20, 1, 86400),
+            idle_warning_s=float(env_int("EVALFARM_IDLE_WARNING_S", 30, 1, 86400)),
             connect_timeout_s=float(env_int("EVALFARM_CONNECT_TIMEOUT", 10, 1, 3600)),
+            archive=check_archive(env.get("EVALFARM_ARCHIVE") or None),
         )
         values.update(overrides)
         return cls(**values)
 
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def check_archive(url: str | None) -> str | None:
+    """EVALFARM_ARCHIVE: ``s3://bucket[/prefix]`` or a directory (made absolute: every worker reads the
+    path the coordinator wrote into the run's meta, so it must name the same shared volume)."""
+    if not url:
+        return None
+    if url.startswith("s3://"):
+        if not url[len("s3://"):].split("/", 1)[0]:
+            raise UsageError(f"EVALFARM_ARCHIVE {url}: no bucket; use s3://BUCKET/PREFIX")
+        return url.rstrip("/")
+    if "://" in url:
+        raise UsageError(f"EVALFARM_ARCHIVE {redact(url)}: not a directory or s3://BUCKET/PREFIX")
+    return os.path.abspath(url)
 
 
 def check_broker_url(url: str, store_url: str | None) -> None:

@@ -220,9 +220,12 @@ def register_spawn(app: Celery, settings: FarmSettings, spawn: FarmSettings) -> 
             prune("task")
             # no batch deadline: the agent's own timeout (timeout_s) bounds the item, and the lease keeps
             # the message while it runs
+            # the item's starts, counted once per delivery: a start after one without a result follows a
+            # dead worker (an infra failure: retried as stated, then given up; work._worker_deaths)
+            starts = until_done(SPAWN_ITEM, run_id, lambda: work.note_starts(store_for(url), run_id, keys))
             return until_done(SPAWN_ITEM, run_id, lambda: work.execute_batch(
                 store_for(url), run_id, keys, settings.max_in_flight, enqueue_aggregate, enqueue_judge, None, url,
-                settings.blob_dir, stop_on_cancel=True))
+                settings.blob_dir, starts=starts, stop_on_cancel=True))
 
 
 def spawn_worker_app(settings: FarmSettings, pool: Pool, allow_unsandboxed: bool = False) -> Celery:

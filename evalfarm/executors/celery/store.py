@@ -27,11 +27,13 @@ from .redis_tls import KEEPALIVE, SOCKET_TIMEOUT_S, split_tls
 RUNS_INDEX = "ef:runs"
 PLANNING_TTL_S = 600  # a plan being stored expires this long after its last chunk unless completed
 PLAN_PARTS = ("meta", "state", "items", "order", "prompts")
-DATA_PARTS = ("items", "order", "prompts", "results", "rmeta", "counts", "spend", "pending", "report:head",
-              "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary", "blob:markdown")
+DATA_PARTS = ("items", "order", "prompts", "results", "rmeta", "counts", "spend", "pending", "starts", "report:head",
+              "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary", "blob:markdown", "segs",
+              "report:archive")
 # every key of a run (claims and blobs by name): expire_run touches these and nothing else
-PARTS = ("meta", "state", "items", "order", "prompts", "results", "rmeta", "counts", "spend", "pending", "report:head",
-         "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary", "blob:markdown", "lock:resume")
+PARTS = ("meta", "state", "items", "order", "prompts", "results", "rmeta", "counts", "spend", "pending", "starts",
+         "report:head", "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary", "blob:markdown",
+         "lock:resume", "segs", "report:archive", "aggregating", "batches")
 
 
 def _k(run_id: str, part: str) -> str:
@@ -96,6 +98,16 @@ end
 return redis.call('HLEN', KEYS[1])
 """
 
+_SEGMENT_LUA = """
+-- KEYS: segs (a bit per finished segment), counts, meta ; ARGV: seg, executed, then (field, delta) pairs
+-- counted once per segment: the bit flips once, whoever archives the segment again (a redelivery)
+if redis.call('EXISTS', KEYS[3]) == 0 then return -1 end
+redis.call('HINCRBY', KEYS[2], 'executed', ARGV[2])
+if redis.call('SETBIT', KEYS[1], ARGV[1], 1) == 0 then
+  for i = 3, #ARGV, 2 do redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
+end
+return tonumber(redis.call('HGET', KEYS[2], 'done') or '0')
+"""
 
 _REFRESH_LUA = """
 -- KEYS: lock ; ARGV: token, ttl ms. Extend our lock, or take it again if it expired; 0 if another holds it
@@ -155,6 +167,7 @@ class RedisStore(RunStore):
         self._forget = self.r.register_script(_FORGET_LUA)
         self._refresh = self.r.register_script(_REFRESH_LUA)
         self._release = self.r.register_script(_RELEASE_LUA)
+        self._segment = self.r.register_script(_SEGMENT_LUA)
 
     def ping(self) -> None:
         self.r.ping()
@@ -177,6 +190,13 @@ class RedisStore(RunStore):
             for part in PLAN_PARTS:
                 pipe.expire(_k(run_id, part), PLANNING_TTL_S)
             pipe.execute()
+
+    def touch_plan(self, run_id: str) -> None:
+        """A plan still being written (to the archive): its meta and state expire later."""
+        pipe = self.r.pipeline(transaction=False)
+        for part in ("meta", "state"):
+            pipe.expire(_k(run_id, part), PLANNING_TTL_S)
+        pipe.execute()
 
     def persist_plan(self, run_id: str) -> None:
         pipe = self.r.pipeline(transaction=False)
@@ -291,15 +311,63 @@ class RedisStore(RunStore):
                 _k(run_id, "meta")]
         return int(self._record(keys=keys, args=args))
 
+    # -- an archived run (executors/archive.py): a bit per finished segment, its outcomes on the archive --
+    def mark_segment(self, run_id: str, seg: int, executed: int, deltas: dict[str, int]) -> int:
+        """Segment ``seg`` is archived whole: its bit is set and its counts added (once); returns the
+        run's finished items, or -1 when the run is gone from Redis (a flush: nothing recreated)."""
+        args: list[Any] = [seg, executed]
+        for field, delta in deltas.items():
+            args += [field, delta]
+        return int(self._segment(keys=[_k(run_id, "segs"), _k(run_id, "counts"), _k(run_id, "meta")], args=args))
+
+    def segment_done(self, run_id: str, seg: int) -> bool:
+        return bool(self.r.getbit(_k(run_id, "segs"), seg))
+
+    def segment_bits(self, run_id: str) -> bytes:
+        """The run's finished-segment bitmap (bit ``n`` of byte ``n // 8``, most significant first)."""
+        return self.r.get(_k(run_id, "segs")) or b""
+
+    def put_archived_report(self, run_id: str, url: str, head: bytes) -> None:
+        """The report is on the archive (its sections) and here (its head): from now on it exists."""
+        pipe = self.r.pipeline()
+        pipe.set(_k(run_id, "report:archive"), url)
+        pipe.set(_k(run_id, "report:head"), head)
+        pipe.execute()
+
+    def _archived(self, run_id: str):
+        from ..archive import RunArchive
+
+        url = self.r.get(_k(run_id, "report:archive"))
+        return RunArchive.of(url.decode(), run_id) if url else None
+
+    def mark_aggregating(self, run_id: str, ttl_s: int = 30) -> None:
+        self.r.set(_k(run_id, "aggregating"), "1", ex=ttl_s)
+
+    def aggregating(self, run_id: str) -> bool:
+        return bool(self.r.exists(_k(run_id, "aggregating")))
+
+    def report_index(self, run_id: str) -> Iterator[bytes] | None:
+        """The case index the aggregate wrote beside an archived run's report (None without one)."""
+        run = self._archived(run_id)
+        return run.index() if run is not None and run.has_index() else None
+
     def forget(self, run_id: str, items: list[tuple[str, str]]) -> int:
         """Remove these (key, adapter) items' results and their counts (``resume --only``: they run again)."""
         args = [x for pair in items for x in pair]
         if not args:
             return int(self.r.hlen(_k(run_id, "results")))
-        return int(self._forget(keys=[_k(run_id, "results"), _k(run_id, "rmeta"), _k(run_id, "counts")], args=args))
+        left = int(self._forget(keys=[_k(run_id, "results"), _k(run_id, "rmeta"), _k(run_id, "counts")], args=args))
+        self.r.hdel(_k(run_id, "starts"), *[k for k, _ in items])  # a re-run starts its retries afresh
+        return left
 
     def counters(self, run_id: str) -> dict[str, int]:
         return {k.decode(): int(v) for k, v in self.r.hgetall(_k(run_id, "counts")).items()}
+
+    def note_start(self, run_id: str, key: str) -> int:
+        return int(self.r.hincrby(_k(run_id, "starts"), key, 1))
+
+    def unnote_start(self, run_id: str, key: str) -> None:
+        self.r.hincrby(_k(run_id, "starts"), key, -1)
 
     def put_pending(self, run_id: str, outcomes: list[dict[str, Any]]) -> None:
         if outcomes:
@@ -353,7 +421,8 @@ class RedisStore(RunStore):
         self.r.blpop([_k(run_id, "wake")], timeout=timeout_s)
 
     def clear_report(self, run_id: str) -> None:
-        self.r.delete(_k(run_id, "report:head"), _k(run_id, "report:outcomes"), _k(run_id, "report:prompts"))
+        self.r.delete(_k(run_id, "report:head"), _k(run_id, "report:outcomes"), _k(run_id, "report:prompts"),
+                      _k(run_id, "report:archive"))
 
     def append_report(self, run_id: str, data: bytes, section: str = "outcomes") -> None:
         self.r.append(_k(run_id, f"report:{section}"), data)
@@ -366,6 +435,10 @@ class RedisStore(RunStore):
         for part in ("report:head", "report:outcomes", "report:prompts"):
             pipe.strlen(_k(run_id, part))
         head, outcomes, prompts = pipe.execute()
+        if head:
+            run = self._archived(run_id)
+            if run is not None:
+                outcomes, prompts = run.section_size("outcomes"), run.section_size("prompts")
         return int(head) + int(outcomes) + int(prompts) + len(PROMPTS_OPEN) + len(REPORT_CLOSE) if head else 0
 
     def iter_report(self, run_id: str, chunk: int = 4 << 20) -> Iterator[bytes]:
@@ -373,9 +446,10 @@ class RedisStore(RunStore):
         if head is None:
             return
         yield head
-        yield from self._chunks(_k(run_id, "report:outcomes"), chunk)
+        run = self._archived(run_id)
+        yield from run.section("outcomes") if run else self._chunks(_k(run_id, "report:outcomes"), chunk)
         yield PROMPTS_OPEN
-        yield from self._chunks(_k(run_id, "report:prompts"), chunk)
+        yield from run.section("prompts") if run else self._chunks(_k(run_id, "report:prompts"), chunk)
         yield REPORT_CLOSE
 
     def _chunks(self, key: str, chunk: int) -> Iterator[bytes]:

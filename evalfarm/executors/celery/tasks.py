@@ -83,7 +83,11 @@ def register(app: Celery, settings: FarmSettings) -> None:
         app.send_task(JUDGE_BATCH, args=[run_id, keys], queue="judge")
 
     @app.task(name=RUN_BATCH, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-    def run_batch(run_id: str, keys: list[str]) -> int:
+    def run_batch(run_id: str, keys: list[str], seg: int | None = None) -> int:
+        if seg is not None:  # an archived run's batch: segment ``seg`` of its plan on the archive
+            return until_done(RUN_BATCH, run_id, lambda: work.execute_segment(
+                store_for(url), run_id, int(seg), settings.max_in_flight, enqueue_aggregate, settings.time_limit_s,
+                url, settings.blob_dir))
         return until_done(RUN_BATCH, run_id, lambda: work.execute_batch(
             store_for(url), run_id, keys, settings.max_in_flight, enqueue_aggregate, enqueue_judge,
             settings.time_limit_s, url, settings.blob_dir))

@@ -18,13 +18,14 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Awaitable, Callable, TypeVar
 
+from ...core import failure
 from ...core.outcome import Outcome
 from ...core.plan import Item
 from ...engine import build_engine
 from ...errors import InfrastructureError
 from ...logs import get_logger
 from ...engine.cache import ResponseCache, SqliteCache
-from ...engine.items import Engine, bounded, within
+from ...engine.items import Engine, bounded, error_of, within
 from ..finalize import spec_of
 from ..store import RunStore
 from .budget import spend_guard
@@ -200,13 +201,50 @@ def _deadline(time_limit_s: float | None) -> float | None:
     return time.monotonic() + time_limit_s if time_limit_s else None
 
 
+class WorkerDied(Exception):
+    """The worker running an agent task died (SIGKILL, OOM, the host lost) before it recorded a result."""
+
+
+def note_starts(store: RunStore, run_id: str, keys: list[str]) -> dict[str, int]:
+    """A spawn task counts its start of each unfinished item, once per delivery (not again when its
+    batch is retried after an infrastructure error); returns the count per key."""
+    done = store.done_keys(run_id, keys)
+    return {k: store.note_start(run_id, k) for k in keys if k not in done}
+
+
+def _worker_deaths(starts: dict[str, int], items: list[Item], engine: Engine) -> tuple[
+        list[Item], list[Outcome], dict[str, int]]:
+    """A spawn task's start of an item that finds earlier starts without a result follows that many dead
+    workers. Such an item runs again up to ``failure.infra_retries()`` times (the stated
+    retries of an infra failure: the redelivery went to whichever worker took it, another one when there
+    is one); past that it is recorded ``infra_failed`` (error ``WorkerDied``) without running, never as
+    the agent's failure. Returns the items to run, the outcomes of those given up, deaths per key."""
+    run, given_up, deaths = [], [], {}
+    for item in items:
+        died = starts.get(item.key, 1) - 1
+        if died <= 0:
+            run.append(item)
+            continue
+        deaths[item.key] = died
+        if died <= failure.infra_retries():
+            run.append(item)
+            continue
+        out = Outcome(key=item.key, prompt_id=item.prompt.id, adapter=item.adapter, trial=item.trial)
+        out.error = error_of(WorkerDied(f"the worker running this agent task died {died} times before it finished "
+                                        f"(killed or lost); not run again after {died - 1} retries"), "adapter")
+        spec = getattr(engine.adapters.get(item.adapter), "spec", None)
+        out.agent = {"agent": getattr(spec, "agent", None), "infra": True, "worker_deaths": died, "attempts": died}
+        given_up.append(engine.decide(out))
+    return run, given_up, deaths
+
+
 async def _unless_stopped(limit: int, calls: list[Callable[[], Awaitable[T]]],
-                          watch: Callable[[Callable[[], None]], Any] | None) -> tuple[list[T], int]:
+                          watch: Callable[[Callable[[], None]], Any] | None) -> tuple[list[T], list[int]]:
     """Await every call, at most ``limit`` at once (results in input order), unless ``watch`` calls the
     stop it is given first: then the calls still running are cancelled (an agent's sandbox is killed by
-    its adapter) and only the finished ones are returned, with how many were stopped."""
+    its adapter) and only the finished ones are returned, with the indices of those stopped."""
     if watch is None:
-        return await bounded(limit, calls), 0
+        return await bounded(limit, calls), []
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     sem = asyncio.Semaphore(limit)
@@ -224,23 +262,25 @@ async def _unless_stopped(limit: int, calls: list[Callable[[], Awaitable[T]]],
     finally:
         stopped.cancel()
     if everything.done():
-        return everything.result(), 0
+        return everything.result(), []
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)  # each item's own cleanup has run
     if everything.done() and not everything.cancelled():
         everything.exception()  # retrieved: no "exception was never retrieved" at exit
     kept = [t.result() for t in tasks if not t.cancelled() and t.exception() is None]
-    return kept, sum(1 for t in tasks if t.cancelled())
+    return kept, [i for i, t in enumerate(tasks) if t.cancelled()]
 
 
 def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: int,
                   enqueue_aggregate: Callable[[str], None], enqueue_judge: Enqueue,
                   time_limit_s: float | None = None, store_url: str | None = None, blob_dir: str | None = None,
-                  stop_on_cancel: bool = False) -> int:
-    """Call the adapter for the batch's unfinished items; returns how many were called. With
-    ``stop_on_cancel`` (agent items: minutes each), a cancel of the run while the batch runs stops its
-    items within a poll (``cancel_watch``): they are not recorded, so ``resume`` runs them again."""
+                  starts: dict[str, int] | None = None, stop_on_cancel: bool = False) -> int:
+    """Call the adapter for the batch's unfinished items; returns how many were called. ``starts``
+    (spawn tasks, ``note_starts``): an item whose earlier tasks died with their worker is retried, then
+    given up (``_worker_deaths``). With ``stop_on_cancel`` (agent items: minutes each), a cancel of the
+    run while the batch runs stops its items within a poll (``cancel_watch``): they are not recorded
+    (``resume`` runs them again) and their start is not counted as a dead worker's."""
     ctx = context_for(store, run_id, store_url, blob_dir)
     if ctx is None:
         log.warning("batch_for_unknown_run", run_id=run_id)
@@ -253,29 +293,38 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     todo = [k for k in open_keys if k not in pending]
     items = [Item.from_dict(json.loads(raw)) for raw in store.get_items(run_id, todo) if raw]
     engine = ctx.engine
+    deaths: dict[str, int] = {}
+    if starts:
+        items, given_up, deaths = _worker_deaths(starts, items, engine)
+        if given_up:
+            _record(store, ctx, run_id, given_up, enqueue_aggregate)
     deadline = _deadline(time_limit_s)
     start = time.perf_counter()  # an item's wait counts from here: it is in this worker's hands
     progress = None if engine.judged else _Progressive(store, ctx, run_id, enqueue_aggregate)
 
     async def one(item: Item) -> Outcome | InfrastructureError:
         result = await _kept(within(deadline, ctx.held(engine.call(item, start)), item, "adapter"))
+        if deaths.get(item.key) and isinstance(result, Outcome) and isinstance(result.agent, dict):
+            result.agent["worker_deaths"] = deaths[item.key]  # it ran again after its worker died
         if progress is not None and isinstance(result, Outcome):
             await progress.add(engine.decide(result))
         return result
 
     watch = (lambda stop: CANCEL_WATCH.watching(store, run_id, stop)) if stop_on_cancel else None
 
-    async def batch() -> tuple[list[Outcome | InfrastructureError], int]:
+    async def batch() -> tuple[list[Outcome | InfrastructureError], list[int]]:
         try:
             return await _unless_stopped(ctx.in_flight(max_in_flight), [lambda i=i: one(i) for i in items], watch)
         finally:
             if progress is not None:
                 await progress.flush()
 
-    results, stopped = WORKER_LOOP.run(batch) if items else ([], 0)
+    results, stopped = WORKER_LOOP.run(batch) if items else ([], [])
     if stopped:
-        log.warning("batch_stopped_by_cancel", run_id=run_id, stopped=stopped, finished=len(results),
+        log.warning("batch_stopped_by_cancel", run_id=run_id, stopped=len(stopped), finished=len(results),
                     state=store.get_state(run_id))
+        for i in stopped if starts else ():  # stopped by the cancel, not by a dead worker
+            store.unnote_start(run_id, items[i].key)
     outcomes, failed = _split(results)
     if progress is None:
         needs_judge = [o for o in outcomes if o.error is None and not o.skipped]  # budget-skipped: nothing to judge
@@ -311,3 +360,89 @@ def execute_judge(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     _record(store, ctx, run_id, judged, enqueue_aggregate)
     _raise_for(failed, len(pairs))
     return len(judged)
+
+
+def _segment_deltas(lines: list[str]) -> dict[str, int]:
+    """A whole segment's counts (done, errors, spend; in total and per adapter), added once to the run's."""
+    from ..store import cost_meta
+
+    deltas: dict[str, int] = {}
+    for line in lines:
+        o = json.loads(line)
+        err, cost = cost_meta(o)
+        a = o.get("adapter")
+        for field, n in (("done", 1), ("errors", err), ("cost_nusd", cost)):
+            if n:
+                deltas[field] = deltas.get(field, 0) + n
+                deltas[f"{field}:{a}"] = deltas.get(f"{field}:{a}", 0) + n
+    return deltas
+
+
+def execute_segment(store, run_id: str, seg: int, max_in_flight: int, enqueue_aggregate: Callable[[str], None],
+                    time_limit_s: float | None = None, store_url: str | None = None,
+                    blob_dir: str | None = None) -> int:
+    """See ``_execute_segment``; the archive unreachable (a volume gone, S3 down) is an infrastructure
+    error: the batch keeps its message and runs again, it is never an item's outcome."""
+    from ..archive import archive_errors
+
+    try:
+        return _execute_segment(store, run_id, seg, max_in_flight, enqueue_aggregate, time_limit_s, store_url,
+                                blob_dir)
+    except archive_errors() as exc:
+        raise InfrastructureError(f"the run archive is not reachable: {type(exc).__name__}: {exc}") from exc
+
+
+def _execute_segment(store, run_id: str, seg: int, max_in_flight: int, enqueue_aggregate: Callable[[str], None],
+                     time_limit_s: float | None = None, store_url: str | None = None,
+                     blob_dir: str | None = None) -> int:
+    """An archived run's batch (``executors/archive.py``): its items come from the archive's plan segment,
+    both stages run here (call, then judge), and the segment's outcomes go to the archive in one file
+    before its bit is set in Redis. Items an earlier attempt archived are not called again (a retried or
+    redelivered batch, a resume after Redis lost its data). Returns how many items were called."""
+    from ..archive import RunArchive
+
+    ctx = context_for(store, run_id, store_url, blob_dir)
+    if ctx is None:
+        log.warning("batch_for_unknown_run", run_id=run_id)
+        return 0
+    if _cancelled(store, run_id):
+        return 0
+    run = RunArchive.of(ctx.meta["archive"], run_id)
+    if store.segment_done(run_id, seg):
+        _claim_if_complete(store, ctx, run_id, store.counters(run_id).get("done", 0), enqueue_aggregate)
+        return 0
+    plan = [json.loads(line) for line in run.plan(seg)]
+    keys = [data["key"] for data in plan]
+    have = run.out(seg)
+    items = [Item.from_dict(data) for data in plan if data["key"] not in have]
+    del plan
+    engine = ctx.engine
+    deadline = _deadline(time_limit_s)
+    start = time.perf_counter()
+
+    async def both(item: Item) -> Outcome:
+        return await engine.judge(item, await engine.call(item, start))
+
+    outcomes, failed = _split(WORKER_LOOP.run(lambda: bounded(ctx.in_flight(max_in_flight), [
+        lambda i=i: _kept(within(deadline, ctx.held(both(i)), i, "adapter")) for i in items])) if items else [])
+    have.update((o.key, json.dumps(o.to_dict())) for o in outcomes)
+    if outcomes:  # in plan order: the report is the segments concatenated
+        run.put_out(seg, [have[k] for k in keys if k in have])
+    _raise_for(failed, len(items))  # the archived part stays; the batch runs again for the rest
+    lines = [have[k] for k in keys]
+    finished = store.mark_segment(run_id, seg, len(outcomes), _segment_deltas(lines))
+    if finished < 0:
+        log.warning("run_vanished", run_id=run_id, archived=len(outcomes))  # archived: a resume finds them
+        return len(outcomes)
+    _claim_if_complete(store, ctx, run_id, finished, enqueue_aggregate)
+    return len(outcomes)
+
+
+def _claim_if_complete(store, ctx: RunContext, run_id: str, finished: int,
+                       enqueue_aggregate: Callable[[str], None]) -> None:
+    if finished >= ctx.meta["total"] and store.claim(run_id, "aggregate"):
+        try:
+            enqueue_aggregate(run_id)
+        except BaseException:
+            store.release(run_id, "aggregate")
+            raise
