@@ -118,6 +118,10 @@ class RunStore(ABC):
         an earlier one without a result means the worker running it died (executors/celery/work.py)."""
 
     @abstractmethod
+    def unnote_start(self, run_id: str, key: str) -> None:
+        """Take back one start of an item: a cancel stopped it, its worker did not die."""
+
+    @abstractmethod
     def put_pending(self, run_id: str, outcomes: list[dict[str, Any]]) -> None:
         """Outcomes called but not yet judged (they wait for the judge queue)."""
 
@@ -207,6 +211,10 @@ class MemoryStore(RunStore):
         with self._lock:
             n = self._starts[(run_id, key)] = self._starts.get((run_id, key), 0) + 1
             return n
+
+    def unnote_start(self, run_id: str, key: str) -> None:
+        with self._lock:
+            self._starts[(run_id, key)] = max(0, self._starts.get((run_id, key), 0) - 1)
 
     def ping(self) -> None:
         pass

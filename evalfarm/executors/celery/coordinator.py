@@ -32,7 +32,7 @@ from .batches import cancel_open, keys_in_open_batches, open_batches_line, route
 from .broker_scan import broker_keys, broker_segments, keys_in_broker
 from .room import full, no_room, run_bytes
 from .settings import FarmSettings, pick_batch_size
-from .spawn import agent_adapters, route_spawn, spawn_keys_in_broker
+from .spawn import agent_adapters, route_spawn, spawn_keys_in_broker, spawn_keys_in_hands
 from .store import probe, store_for
 from .transport import is_oom
 
@@ -717,7 +717,8 @@ class CeleryBackend:
     def cancel(self, run_id: str) -> dict[str, Any]:
         """Stop a run: workers skip its batches from now on. Says so when the cancel comes too late:
         after the run finished (an error), or when nothing is left to stop (every remaining item is
-        already in a worker's hands: the run completes, and ``wait`` says the cancel came too late)."""
+        already in a worker's hands: the run completes, and ``wait`` says the cancel came too late). An
+        agent task in a spawn worker's hands is stopped, not waited for (``cancel_watch``)."""
         meta = self.meta(run_id)
         total = meta["total"]
         state = self.store.get_state(run_id)
@@ -731,7 +732,9 @@ class CeleryBackend:
         in_hands = 0
         if state == "running":  # dispatch is over: is anything left that a cancel would stop?
             queued, unacked, _ = broker_keys(self.store.r, run_id)
-            open_hands = unacked - self.store.done_keys(run_id, sorted(unacked))
+            # an agent in a spawn worker's hands is stopped by the cancel (cancel_watch): not too late for it
+            agents = spawn_keys_in_hands(self.store.r, run_id)
+            open_hands = unacked - self.store.done_keys(run_id, sorted(unacked)) - agents
             pending = set(self.store.pending_keys(run_id))
             in_hands = len(open_hands - pending)
             if not queued and done + len(pending | open_hands) >= total:

@@ -17,7 +17,9 @@ Two things are specific to agents:
 - while a task runs, its message's lease in the broker is renewed (``kombu``'s ``unacked_index``
   score, every quarter of the visibility timeout): a live worker's long agent run is never
   redelivered to another worker, whatever the timeout, while a dead worker's task comes back once
-  the visibility timeout has passed.
+  the visibility timeout has passed;
+- while a task runs, a cancel of its run stops it within a poll (``cancel_watch``): the agent's
+  sandbox (its PID namespace) is killed and its item left unrecorded, for ``resume``.
 """
 from __future__ import annotations
 
@@ -132,6 +134,18 @@ def spawn_keys_in_broker(settings: FarmSettings, run_id: str) -> set[str]:
     return keys
 
 
+def spawn_keys_in_hands(r, run_id: str) -> set[str]:
+    """Item keys of ``run_id`` whose spawn task is in a worker's hands in the broker ``r`` (its
+    ``unacked`` hash): a cancel stops those agents, so they count as something a cancel stops."""
+    keys: set[str] = set()
+    for raw in r.hvals(UNACKED):
+        m = _decode(raw)
+        if m and m["task"] == SPAWN_ITEM and m["args"] and m["args"][0] == run_id and len(m["args"]) > 1 \
+                and isinstance(m["args"][1], list):
+            keys.update(m["args"][1])
+    return keys
+
+
 class Lease:
     """Keeps a running task's message from being redelivered: bumps its score in kombu's
     ``unacked_index`` (the delivery time the visibility timeout counts from) every ``every_s``.
@@ -211,7 +225,7 @@ def register_spawn(app: Celery, settings: FarmSettings, spawn: FarmSettings) -> 
             starts = until_done(SPAWN_ITEM, run_id, lambda: work.note_starts(store_for(url), run_id, keys))
             return until_done(SPAWN_ITEM, run_id, lambda: work.execute_batch(
                 store_for(url), run_id, keys, settings.max_in_flight, enqueue_aggregate, enqueue_judge, None, url,
-                settings.blob_dir, starts=starts))
+                settings.blob_dir, starts=starts, stop_on_cancel=True))
 
 
 def spawn_worker_app(settings: FarmSettings, pool: Pool, allow_unsandboxed: bool = False) -> Celery:

@@ -461,6 +461,9 @@ class RedisStore(RunStore):
     def note_start(self, run_id: str, key: str) -> int:
         return int(self.r.hincrby(_k(run_id, "starts"), key, 1))
 
+    def unnote_start(self, run_id: str, key: str) -> None:
+        self.r.hincrby(_k(run_id, "starts"), key, -1)
+
     def put_pending(self, run_id: str, outcomes: list[dict[str, Any]]) -> None:
         if outcomes:
             self.r.hset(_k(run_id, "pending"), mapping={o["key"]: json.dumps(o) for o in outcomes})

@@ -30,6 +30,7 @@ from ..finalize import spec_of
 from ..store import RunStore
 from .budget import spend_guard
 from .cache import RedisCache
+from .cancel_watch import CANCEL_WATCH
 from .limits import run_slots
 
 log = get_logger("evalfarm.work")
@@ -237,13 +238,49 @@ def _worker_deaths(starts: dict[str, int], items: list[Item], engine: Engine) ->
     return run, given_up, deaths
 
 
+async def _unless_stopped(limit: int, calls: list[Callable[[], Awaitable[T]]],
+                          watch: Callable[[Callable[[], None]], Any] | None) -> tuple[list[T], list[int]]:
+    """Await every call, at most ``limit`` at once (results in input order), unless ``watch`` calls the
+    stop it is given first: then the calls still running are cancelled (an agent's sandbox is killed by
+    its adapter) and only the finished ones are returned, with the indices of those stopped."""
+    if watch is None:
+        return await bounded(limit, calls), []
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    sem = asyncio.Semaphore(limit)
+
+    async def one(call: Callable[[], Awaitable[T]]) -> T:
+        async with sem:
+            return await call()
+
+    tasks = [asyncio.ensure_future(one(c)) for c in calls]
+    everything = asyncio.gather(*tasks)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        with watch(lambda: loop.call_soon_threadsafe(stop.set)):
+            await asyncio.wait([everything, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if everything.done():
+        return everything.result(), []
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)  # each item's own cleanup has run
+    if everything.done() and not everything.cancelled():
+        everything.exception()  # retrieved: no "exception was never retrieved" at exit
+    kept = [t.result() for t in tasks if not t.cancelled() and t.exception() is None]
+    return kept, [i for i, t in enumerate(tasks) if t.cancelled()]
+
+
 def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: int,
                   enqueue_aggregate: Callable[[str], None], enqueue_judge: Enqueue,
                   time_limit_s: float | None = None, store_url: str | None = None, blob_dir: str | None = None,
-                  starts: dict[str, int] | None = None) -> int:
+                  starts: dict[str, int] | None = None, stop_on_cancel: bool = False) -> int:
     """Call the adapter for the batch's unfinished items; returns how many were called. ``starts``
     (spawn tasks, ``note_starts``): an item whose earlier tasks died with their worker is retried, then
-    given up (``_worker_deaths``)."""
+    given up (``_worker_deaths``). With ``stop_on_cancel`` (agent items: minutes each), a cancel of the
+    run while the batch runs stops its items within a poll (``cancel_watch``): they are not recorded
+    (``resume`` runs them again) and their start is not counted as a dead worker's."""
     ctx = context_for(store, run_id, store_url, blob_dir)
     if ctx is None:
         log.warning("batch_for_unknown_run", run_id=run_id)
@@ -273,14 +310,22 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
             await progress.add(engine.decide(result))
         return result
 
-    async def batch() -> list[Outcome | InfrastructureError]:
+    watch = (lambda stop: CANCEL_WATCH.watching(store, run_id, stop)) if stop_on_cancel else None
+
+    async def batch() -> tuple[list[Outcome | InfrastructureError], list[int]]:
         try:
-            return await bounded(ctx.in_flight(max_in_flight), [lambda i=i: one(i) for i in items])
+            return await _unless_stopped(ctx.in_flight(max_in_flight), [lambda i=i: one(i) for i in items], watch)
         finally:
             if progress is not None:
                 await progress.flush()
 
-    outcomes, failed = _split(WORKER_LOOP.run(batch) if items else [])
+    results, stopped = WORKER_LOOP.run(batch) if items else ([], [])
+    if stopped:
+        log.warning("batch_stopped_by_cancel", run_id=run_id, stopped=len(stopped), finished=len(results),
+                    state=store.get_state(run_id))
+        for i in stopped if starts else ():  # stopped by the cancel, not by a dead worker
+            store.unnote_start(run_id, items[i].key)
+    outcomes, failed = _split(results)
     if progress is None:
         needs_judge = [o for o in outcomes if o.error is None and not o.skipped]  # budget-skipped: nothing to judge
         judged_ids = {id(o) for o in needs_judge}
