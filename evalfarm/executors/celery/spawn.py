@@ -17,7 +17,9 @@ Two things are specific to agents:
 - while a task runs, its message's lease in the broker is renewed (``kombu``'s ``unacked_index``
   score, every quarter of the visibility timeout): a live worker's long agent run is never
   redelivered to another worker, whatever the timeout, while a dead worker's task comes back once
-  the visibility timeout has passed.
+  the visibility timeout has passed;
+- an ``infra_failed`` item is not run again by the worker that failed it (``retry_elsewhere``): it goes
+  back to the spawn queue naming that worker, and another live spawn worker runs it when there is one.
 """
 from __future__ import annotations
 
