@@ -28,7 +28,7 @@ from ..base import ProgressFn
 from ..finalize import run_ttl_s
 from ..store import Progress, batched, progress_of
 from .app import AGGREGATE, JUDGE_BATCH, RUN_BATCH, create_app
-from .batches import cancel_open, keys_in_open_batches, route_batches
+from .batches import cancel_open, keys_in_open_batches, open_batches_line, route_batches
 from .broker_scan import broker_keys, broker_segments, keys_in_broker
 from .room import full, no_room, run_bytes
 from .settings import FarmSettings, pick_batch_size
@@ -396,9 +396,13 @@ class CeleryBackend:
                 raise self.stopped_error(run_id, None if p.state == "?" else p.state)
             if not warned and p.executed == 0 and time.monotonic() - started > self.settings.idle_warning_s:
                 warned = True
-                print(f"evalfarm: warning: no item of run {run_id} has finished after "
-                      f"{self.settings.idle_warning_s:.0f} s: is a worker consuming the provider queue? "
-                      "(evalfarm worker --broker ...)", file=sys.stderr, flush=True)
+                waiting = open_batches_line(self.store, run_id)
+                if waiting:  # a provider batch may take hours: nothing is wrong, say what the run waits for
+                    print(f"evalfarm: run {run_id} waits on {waiting}", file=sys.stderr, flush=True)
+                else:
+                    print(f"evalfarm: warning: no item of run {run_id} has finished after "
+                          f"{self.settings.idle_warning_s:.0f} s: is a worker consuming the provider queue? "
+                          "(evalfarm worker --broker ...)", file=sys.stderr, flush=True)
             now = (p.done, p.executed, p.pending_judge)
             if now != last:
                 moved_at, last = time.monotonic(), now
