@@ -214,3 +214,55 @@ def test_resume_only_forgets_an_items_worker_deaths(redis_server):
     assert [store.note_start("r1", "k1") for _ in range(3)] == [1, 2, 3] and store.note_start("r1", "k2") == 1
     store.forget("r1", [("k1", "fake")])
     assert store.note_start("r1", "k1") == 1 and store.note_start("r1", "k2") == 2  # only the forgotten item's
+
+
+def test_an_infra_failed_item_is_retried_on_another_live_spawn_worker(tmp_path, repo, farm):
+    """Issue 19: an infra_failed item is retried on another worker when there is one. Two spawn workers with
+    their own sandbox dirs; the agent CLI cannot start on worker A (exit 127 when its HOME is under A's dir)
+    and works on B. The item, taken by A first, is handed back to the spawn queue naming A, and B runs it:
+    passed, the outcome names B and the one attempt that was infra_failed on A (on main: A ran it 1 + 2 times
+    itself and it ended infra_failed)."""
+    import sys
+
+    from conftest import ROOT
+    from providers_fixture import MockProviderProc
+
+    log, go = tmp_path / "runs.log", tmp_path / "b-is-up"
+    line = (f'case "$HOME" in */spawn-a/*) echo a >> {log}; while [ ! -e {go} ]; do sleep 0.1; done; '
+            f'exec /nonexistent/agent-cli-7f3a;; esac; echo b >> {log}; sed -i s/hello/hi/ hello.py')
+    server = MockProviderProc()
+    try:
+        adapter = {"id": "fake", "provider": "agent", "agent": "command", "model": "fake-1", "base_url": server.url,
+                   "template": f"{sys.executable} {ROOT / 'tests' / 'agent_failclass.py'} {{base_url}} {{prompt}}"}
+        spec = write_spec(tmp_path / "spec.yaml", repo, [{"id": "t", "text": line, "check": "grep -q hi hello.py"}],
+                          adapters=[adapter], isolation="none")
+        a = farm.worker(concurrency=1, unsandboxed=True, EVALFARM_SPAWN_DIR=str(tmp_path / "spawn-a"))
+        res = farm.cli("run", str(spec), "--detach")
+        assert res.returncode == 0, res.stderr
+        run_id = res.stdout.strip()
+        wait_for(lambda: log.exists() and log.read_text().split() == ["a"], 60, "worker A to start the agent")
+        b = farm.worker(concurrency=1, unsandboxed=True, EVALFARM_SPAWN_DIR=str(tmp_path / "spawn-b"))
+        live = redis.Redis.from_url(farm.url)
+        wait_for(lambda: b.proc.pid in [json.loads(v or "{}").get("pid") for v in live.mget(
+            list(live.scan_iter("ef:worker:spawn-*")) or ["-"])], 30, "worker B's heartbeat")
+        go.touch()  # A's agent CLI now fails to start: infra_failed on A
+        done = farm.cli("wait", run_id, "--json", "--no-save", "--timeout", "120")
+        assert done.returncode == 0, done.stderr
+        [out] = report_of(done)["outcomes"]
+        assert out["failure_class"] == "passed" and out["passed"] is True, (out["error"], out.get("agent"))
+        agent = out["agent"]
+        names = {w: f"spawn-{w.proc.pid}@" for w in (a, b)}
+        assert agent["worker"].startswith(names[b]), agent["worker"]
+        [failed] = agent["infra_attempts"]
+        assert failed["worker"].startswith(names[a]) and "exit code 127" in failed["reason"], failed
+        assert agent["attempts"] == 2 and agent["retried"] == [failed["reason"]]
+        assert log.read_text().split() == ["a", "b"]  # once on A (infra_failed), once on B (passed)
+        c = counts(farm.url, run_id)
+        assert c["done"] == 1 and c["executed"] == 1
+        status = json.loads(farm.cli("status", run_id, "--json").stdout)
+        assert status["duplicate_executions"] == 0
+        assert "worker_deaths" not in agent  # a hand-over is not a dead worker
+    finally:
+        server.stop()
+    assert_clean(repo, tmp_path / "spawn-a")
+    assert_clean(repo, tmp_path / "spawn-b")

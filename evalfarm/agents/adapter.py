@@ -66,6 +66,10 @@ def envelope(seeds: dict[str, int] | None) -> dict[str, str]:
 _SECRETISH = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|SESSION|COOKIE|PRIVATE", re.I)
 
 
+# a spawn worker hands an infra-failed task back to the spawn queue (another worker takes it when one is
+# alive: executors/celery/spawn.py) instead of running it again here; one process retries it here
+RETRY_HERE = True
+
 class AgentRunError(Exception):
     """The task could not be measured (setup failed, the agent exited non-zero, timed out, printed
     what its driver cannot read): a runtime error. ``agent`` is what is known of the run."""
@@ -198,7 +202,7 @@ class AgentAdapter:
                 error: Any = as_run_error(exc, self.driver.name)
                 if failure.error_class(type(exc).__name__, str(exc), error.agent) != failure.INFRA_FAILED:
                     raise
-                if len(retried) >= failure.infra_retries():
+                if len(retried) >= (failure.infra_retries() if RETRY_HERE else 0):
                     error.agent.update(infra=True, attempts=len(retried) + 1, retried=retried)
                     raise
                 retried.append(redact(str(exc))[:300])

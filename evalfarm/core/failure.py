@@ -11,8 +11,9 @@ run's budget ran out before the item was sent).
 
 Only ``passed``, ``agent_failed`` and ``agent_timeout`` are measured: they are in every pass rate's
 denominator. ``infra_failed`` and ``verifier_failed`` are unmeasured (not the agent's doing), shown
-apart with their reasons and reported as coverage beside the score; the agent adapter retries an
-``infra_failed`` task ``infra_retries()`` times before it stays so. Pure functions over outcome dicts.
+apart with their reasons and reported as coverage beside the score; an ``infra_failed`` task is run
+again ``infra_retries()`` times before it stays so (in process by the agent adapter; on the farm on
+another live spawn worker when there is one: executors/celery/spawn.py). Pure functions over outcome dicts.
 """
 from __future__ import annotations
 

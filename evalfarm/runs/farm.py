@@ -4,6 +4,7 @@ door into the Celery executor: nothing above this layer imports it.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,4 +128,6 @@ def start_worker(pool: str, *, concurrency: int | None, broker: str | None, logl
     # consume every other worker's events) and no mingle (a start-up round trip to the others)
     app.worker_main(["worker", "-Q", ",".join(spec.queues), "-P", "threads",
                      "-c", str(concurrency or spec.concurrency), "--loglevel", loglevel,
-                     "-n", f"{pool}-%i@%h", "--without-gossip", "--without-mingle"])
+                     # a name of its own (pid): two workers of one pool on one host beat apart, and a spawn
+                     # task's infra retry can tell the worker that failed it from another (spawn.py)
+                     "-n", f"{pool}-{os.getpid()}@%h", "--without-gossip", "--without-mingle"])

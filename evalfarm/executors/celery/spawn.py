@@ -20,6 +20,8 @@ Two things are specific to agents:
   the visibility timeout has passed;
 - while a task runs, a cancel of its run stops it within a poll (``cancel_watch``): the agent's
   sandbox (its PID namespace) is killed and its item left unrecorded, for ``resume``.
+- an ``infra_failed`` item is not run again by the worker that failed it (``retry_elsewhere``): it goes
+  back to the spawn queue naming that worker, and another live spawn worker runs it when there is one.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from typing import Any, Iterable, Iterator
 import redis
 from celery import Celery
 
+from ...agents import adapter as agent_adapter
 from ...agents.policy import require_sandbox
 from ...agents.sandbox import prune_dead
 from ...envvars import env_int
@@ -43,6 +46,7 @@ from ..store import RunStore
 from . import work
 from .app import AGGREGATE, JUDGE_BATCH, SPAWN_ITEM, create_app
 from .broker_scan import PRIORITY_SEP, _decode
+from .heartbeat import KEY_PREFIX
 from .pools import Pool
 from .redis_tls import split_tls
 from .settings import FarmSettings, check_redis_url
@@ -215,17 +219,78 @@ def register_spawn(app: Celery, settings: FarmSettings, spawn: FarmSettings) -> 
 
     @app.task(name=SPAWN_ITEM, bind=True, shared=False, acks_late=True, reject_on_worker_lost=True,
               ignore_result=True)
-    def spawn_item(task: Any, run_id: str, keys: list[str]) -> int:
+    def spawn_item(task: Any, run_id: str, keys: list[str], failed_on: list[dict[str, str]] | None = None) -> int:
+        me = str(getattr(task.request, "hostname", None) or "")
+        failed_on = [{"worker": str(f.get("worker"))[:200], "reason": str(f.get("reason"))[:300]}
+                     for f in (failed_on or [])[:50] if isinstance(f, dict)]  # untrusted: from the broker
+        tried = {str(f.get("worker")) for f in failed_on}
+        if me in tried and live_spawn_workers((spawn.broker_url, url)) - tried:
+            # this worker failed the item already and another one is alive: leave it to that one
+            task.app.send_task(SPAWN_ITEM, args=[run_id, keys, failed_on], queue="spawn", countdown=HAND_ON_S)
+            log.info("spawn_item_left_to_another_worker", run_id=run_id, keys=keys, worker=me)
+            return 0
         with leased(spawn.broker_url, task.request, spawn.visibility_timeout):
             prune("task")
             # no batch deadline: the agent's own timeout (timeout_s) bounds the item, and the lease keeps
             # the message while it runs
             # the item's starts, counted once per delivery: a start after one without a result follows a
-            # dead worker (an infra failure: retried as stated, then given up; work._worker_deaths)
+            # dead worker (an infra failure: retried as stated, then given up; work._worker_deaths); the
+            # attempts handed on (below) started without a result too, and are not deaths
             starts = until_done(SPAWN_ITEM, run_id, lambda: work.note_starts(store_for(url), run_id, keys))
+            starts = {k: n - len(failed_on) for k, n in starts.items()}
+
+            def hand_on(out: Any) -> bool:
+                return retry_elsewhere(task, run_id, out, me, failed_on)
+
             return until_done(SPAWN_ITEM, run_id, lambda: work.execute_batch(
                 store_for(url), run_id, keys, settings.max_in_flight, enqueue_aggregate, enqueue_judge, None, url,
-                settings.blob_dir, starts=starts, stop_on_cancel=True))
+                settings.blob_dir, starts=starts, stop_on_cancel=True, hand_on=hand_on))
+
+
+HAND_ON_S = 0.5  # the countdown of an item handed to another spawn worker
+
+
+def live_spawn_workers(urls: Iterable[str]) -> set[str]:
+    """Names of the spawn workers whose heartbeat is alive (``ef:worker:*`` keys, heartbeat.py), read on
+    each of ``urls`` (a worker beats on the run store or on its own broker)."""
+    names: set[str] = set()
+    for u in dict.fromkeys(urls):
+        r = _client(u)
+        try:
+            keys = list(r.scan_iter(match=KEY_PREFIX + "*", count=500))
+            for raw in r.mget(keys) if keys else []:
+                info = json.loads(raw) if raw else {}
+                if isinstance(info, dict) and "spawn" in (info.get("queues") or []):
+                    names.add(str(info.get("name")))
+        except (redis.exceptions.RedisError, ValueError):
+            continue  # no presence known there: the item is retried where it is
+        finally:
+            r.close()
+    return names
+
+
+def retry_elsewhere(task: Any, run_id: str, out: Any, me: str, failed_on: list[dict[str, str]]) -> bool:
+    """An agent item's result on a spawn worker: an ``infra_failed`` one with retries left goes back to the
+    spawn queue naming this worker among those that failed it (``spawn_item`` leaves it to another live
+    spawn worker, or runs it here when there is none); True when handed on. Any other result, or the last
+    attempt, is recorded with the worker that ran it and the attempts that failed before."""
+    from ...core import failure
+
+    if not isinstance(out.agent, dict):
+        return False
+    cls = failure.classify(out.to_dict())
+    if cls == failure.INFRA_FAILED and len(failed_on) < failure.infra_retries():
+        why = redact(failure.reason(out.to_dict()))[:300]
+        task.app.send_task(SPAWN_ITEM, args=[run_id, [out.key], [*failed_on, {"worker": me, "reason": why}]],
+                           queue="spawn", countdown=HAND_ON_S)
+        log.warning("spawn_infra_failed_handed_on", run_id=run_id, key=out.key, worker=me, attempt=len(failed_on) + 1,
+                    reason=why)
+        return True
+    out.agent["worker"] = me
+    if failed_on:
+        out.agent.update(attempts=len(failed_on) + 1, retried=[f.get("reason") for f in failed_on],
+                         infra_attempts=failed_on)
+    return False
 
 
 def spawn_worker_app(settings: FarmSettings, pool: Pool, allow_unsandboxed: bool = False) -> Celery:
@@ -233,6 +298,7 @@ def spawn_worker_app(settings: FarmSettings, pool: Pool, allow_unsandboxed: bool
     runs' sandboxes on this host pruned before the first task is taken. It runs agents sandboxed only
     (``isolation: none`` fails the item) unless ``allow_unsandboxed``."""
     require_sandbox(not allow_unsandboxed)
+    agent_adapter.RETRY_HERE = False  # an infra failure goes back to the queue (retry_elsewhere)
     spawn = spawn_settings(settings, pool)
     app = create_app(spawn, pool)
     register_spawn(app, settings, spawn)

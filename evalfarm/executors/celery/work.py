@@ -275,12 +275,15 @@ async def _unless_stopped(limit: int, calls: list[Callable[[], Awaitable[T]]],
 def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: int,
                   enqueue_aggregate: Callable[[str], None], enqueue_judge: Enqueue,
                   time_limit_s: float | None = None, store_url: str | None = None, blob_dir: str | None = None,
-                  starts: dict[str, int] | None = None, stop_on_cancel: bool = False) -> int:
+                  starts: dict[str, int] | None = None, stop_on_cancel: bool = False,
+                  hand_on: Callable[[Outcome], bool] | None = None) -> int:
     """Call the adapter for the batch's unfinished items; returns how many were called. ``starts``
     (spawn tasks, ``note_starts``): an item whose earlier tasks died with their worker is retried, then
     given up (``_worker_deaths``). With ``stop_on_cancel`` (agent items: minutes each), a cancel of the
     run while the batch runs stops its items within a poll (``cancel_watch``): they are not recorded
-    (``resume`` runs them again) and their start is not counted as a dead worker's."""
+    (``resume`` runs them again) and their start is not counted as a dead worker's. ``hand_on`` (spawn
+    tasks) sees each called item's outcome first: True means it was sent to another attempt (an infra
+    failure retried on the queue), so it is not recorded."""
     ctx = context_for(store, run_id, store_url, blob_dir)
     if ctx is None:
         log.warning("batch_for_unknown_run", run_id=run_id)
@@ -304,6 +307,8 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
 
     async def one(item: Item) -> Outcome | InfrastructureError:
         result = await _kept(within(deadline, ctx.held(engine.call(item, start)), item, "adapter"))
+        if hand_on is not None and isinstance(result, Outcome) and await asyncio.to_thread(hand_on, result):
+            return None  # type: ignore[return-value]  # handed on: another attempt records it
         if deaths.get(item.key) and isinstance(result, Outcome) and isinstance(result.agent, dict):
             result.agent["worker_deaths"] = deaths[item.key]  # it ran again after its worker died
         if progress is not None and isinstance(result, Outcome):
