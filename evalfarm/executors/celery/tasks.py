@@ -80,6 +80,14 @@ def register(app: Celery, settings: FarmSettings) -> None:
         app.send_task(AGGREGATE, args=[run_id], queue="aggregate")
 
     def enqueue_judge(run_id: str, keys: list[str]) -> None:
+        """A batched judge's items go to its batch API (a ``batch_submit`` of adapter "judge"), else live."""
+        ctx = work.context_for(store_for(url), run_id, url) if keys else None
+        if ctx is not None and batches.judge_batched(ctx.meta):
+            size = batches.group_requests(ctx.spec.judge.provider)
+            for start in range(0, len(keys), size):
+                app.send_task(BATCH_SUBMIT, args=[run_id, keys[start:start + size], batches.JUDGE, 0],
+                              queue="aggregate")
+            return
         app.send_task(JUDGE_BATCH, args=[run_id, keys], queue="judge")
 
     @app.task(name=RUN_BATCH, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -106,7 +114,8 @@ def register(app: Celery, settings: FarmSettings) -> None:
         return len(until_done(BATCH_SUBMIT, run_id, lambda: batches.submit(
             store_for(url), run_id, keys, adapter, attempt, url,
             lambda bid, n, d: schedule_poll(run_id, bid, n, d),
-            lambda live: app.send_task(RUN_BATCH, args=[run_id, live], queue="provider"))))
+            lambda live: app.send_task(JUDGE_BATCH, args=[run_id, live], queue="judge") if adapter == batches.JUDGE
+            else app.send_task(RUN_BATCH, args=[run_id, live], queue="provider"))))
 
     @app.task(name=BATCH_POLL, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def batch_poll(run_id: str, batch_id: str, attempt: int = 0) -> str:
