@@ -206,3 +206,26 @@ def test_a_batched_judge_on_2_workers_goes_through_the_batch_api_same_report_as_
     print(f"\nPROOF farm judge: {len(judged)} judge custom_ids, counts at the server "
           f"{sorted(set(stats['batch_items'][c] for c in judged))}; live requests "
           f"{stats['requests'] - sum(stats['batch_items'].values())}; judge batches {labels.count('judge')}")
+
+
+def test_a_batched_judge_on_the_farm_retries_and_failed_lines_live(provider, tmp_path, redis_server, start_worker):
+    """An unparseable batched verdict is retried live once; an item whose batch lines fail is called and
+    judged live; everything else is answered once in a batch."""
+    from evalfarm.engine.batching import judge_id
+
+    mock = provider("--batch-delay", "0.3")
+    start_worker(redis_server.url, concurrency=2, **FARM)
+    spec = _spec(tmp_path, mock, 20, judge=True,
+                 texts={1: "question 1 [[judge-garbage-once]]", 2: "question 2 [[batch-error]]"})
+    out = tmp_path / "farm.json"
+    ran = run_cli("run", spec, "--batch", "--no-save", "-o", str(out), broker=redis_server.url, timeout=120,
+                  EVALFARM_BATCH_MAX_REQUESTS="10", **FARM)
+    assert ran.returncode == 0, ran.stderr
+    outcomes = {o["prompt_id"]: o for o in json.loads(out.read_text())["outcomes"]}
+    assert all(o["error"] is None and o["judge_score"] == 1.0 for o in outcomes.values())
+    stats = _stats(mock)
+    keys = {p: judge_id(o["key"]) for p, o in outcomes.items()}
+    assert all(stats["batch_items"][keys[f"p{i}"]] == 1 for i in range(20) if i != 2)
+    assert stats["batch_items"][keys["p2"]] == 1  # its judge line failed in the batch: judged live
+    live = stats["requests"] - sum(stats["batch_items"].values())
+    assert live == 3, stats  # p1's judge retry, p2's model call and p2's judge call
