@@ -13,6 +13,11 @@ key) and scores them like live answers (checks here, the judge on the judge queu
 goes live (a ``run_batch`` task on the provider queue); an expired batch's items are submitted once more, then
 are ``BatchExpired`` errors; a spent budget, or a cancelled run, cancels the batch at the provider.
 
+A ``batch: true`` judge is batched the same way: its items wait answered in ``pending``; the worker that would
+send them to the judge queue sends ``batch_submit`` tasks of adapter ``judge`` (one request per item,
+``custom_id`` ``judge-<key>``), and the poll judges each item with ``engine.judge`` over a transport that replays
+its batch answer once (the judge's retry, a failed or unanswered line: live calls).
+
 ``resume`` dispatches none of the items an unfinished batch holds (``keys_in_open_batches``), and a group it
 dispatches again keeps its label (a hash of its keys), so the record or the provider's list finds it.
 """
@@ -67,6 +72,15 @@ def judge_batched(meta: dict[str, Any] | None) -> bool:
     """Whether the run's judge (from its stored spec) sends its calls through a batch API."""
     judge = ((meta or {}).get("spec") or {}).get("judge")
     return isinstance(judge, dict) and bool(judge.get("batch")) and judge.get("provider", "openai") in PROVIDER_MAX
+
+
+def judge_groups(store: RunStore, run_id: str, keys: list[str], store_url: str | None) -> list[list[str]] | None:
+    """The ``batch_submit`` groups of items to judge when the run's judge is batched, else None (live)."""
+    ctx = work.context_for(store, run_id, store_url) if keys else None
+    if ctx is None or not judge_batched(ctx.meta):
+        return None
+    size = group_requests(ctx.spec.judge.provider)
+    return [keys[start:start + size] for start in range(0, len(keys), size)]
 
 
 def _endpoint(ctx: Any, adapter_id: str) -> Any:

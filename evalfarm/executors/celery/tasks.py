@@ -81,12 +81,10 @@ def register(app: Celery, settings: FarmSettings) -> None:
 
     def enqueue_judge(run_id: str, keys: list[str]) -> None:
         """A batched judge's items go to its batch API (a ``batch_submit`` of adapter "judge"), else live."""
-        ctx = work.context_for(store_for(url), run_id, url) if keys else None
-        if ctx is not None and batches.judge_batched(ctx.meta):
-            size = batches.group_requests(ctx.spec.judge.provider)
-            for start in range(0, len(keys), size):
-                app.send_task(BATCH_SUBMIT, args=[run_id, keys[start:start + size], batches.JUDGE, 0],
-                              queue="aggregate")
+        groups = batches.judge_groups(store_for(url), run_id, keys, url)
+        for group in groups or []:
+            app.send_task(BATCH_SUBMIT, args=[run_id, group, batches.JUDGE, 0], queue="aggregate")
+        if groups is not None:
             return
         app.send_task(JUDGE_BATCH, args=[run_id, keys], queue="judge")
 
