@@ -174,3 +174,58 @@ def test_a_run_waiting_on_open_batches_says_so_instead_of_warning(provider, tmp_
     assert "is a worker consuming" not in ran.stderr and "warning" not in ran.stderr, ran.stderr
     assert "waits on 1 batch open at the provider (" in ran.stderr and "20 requests" in ran.stderr, ran.stderr
     assert len(json.loads(ran.stdout)["outcomes"]) == 20
+
+
+def test_a_batched_judge_on_2_workers_goes_through_the_batch_api_same_report_as_in_process(
+        provider, tmp_path, redis_server, start_worker):
+    """Issue 22: the farm's judge calls with `batch: true` are batch requests (custom_id judge-<key>), each
+    sent once, none live; the report equals the in-process batched run's."""
+    from evalfarm.engine.batching import judge_id
+
+    mock = provider("--batch-delay", "0.5", "--batch-max-requests", "100")
+    start_worker(redis_server.url, concurrency=1, **FARM)
+    start_worker(redis_server.url, concurrency=1, **FARM)
+    spec = _spec(tmp_path, mock, 200, judge=True)
+    out = tmp_path / "farm.json"
+    ran = run_cli("run", spec, "--batch", "--no-save", "-o", str(out), broker=redis_server.url, timeout=300,
+                  EVALFARM_BATCH_MAX_REQUESTS="100", **FARM)
+    assert ran.returncode == 0, ran.stderr
+    report = json.loads(out.read_text())
+    stats = _stats(mock)
+    judged = {judge_id(o["key"]) for o in report["outcomes"]}
+    assert len(judged) == 200 and all(o["judge_score"] is not None for o in report["outcomes"])
+    assert {c: stats["batch_items"].get(c) for c in judged} == {c: 1 for c in judged}  # each judge call once
+    assert len(stats["batch_items"]) == 400 and stats["requests"] == 400  # model and judge: no live call
+    labels = sorted(b["metadata"]["evalfarm_batch"].split(":")[0] for b in stats["batches"].values())
+    assert labels.count("m") == 2 and labels.count("judge") >= 2
+    local = tmp_path / "local.json"
+    ref = run_cli("run", spec, "--batch", "--no-save", "-o", str(local), timeout=300,
+                  EVALFARM_BATCH_MAX_REQUESTS="100", **FAST)
+    assert ref.returncode == 0, ref.stderr
+    assert _same(report) == _same(json.loads(local.read_text()))
+    print(f"\nPROOF farm judge: {len(judged)} judge custom_ids, counts at the server "
+          f"{sorted(set(stats['batch_items'][c] for c in judged))}; live requests "
+          f"{stats['requests'] - sum(stats['batch_items'].values())}; judge batches {labels.count('judge')}")
+
+
+def test_a_batched_judge_on_the_farm_retries_and_failed_lines_live(provider, tmp_path, redis_server, start_worker):
+    """An unparseable batched verdict is retried live once; an item whose batch lines fail is called and
+    judged live; everything else is answered once in a batch."""
+    from evalfarm.engine.batching import judge_id
+
+    mock = provider("--batch-delay", "0.3")
+    start_worker(redis_server.url, concurrency=2, **FARM)
+    spec = _spec(tmp_path, mock, 20, judge=True,
+                 texts={1: "question 1 [[judge-garbage-once]]", 2: "question 2 [[batch-error]]"})
+    out = tmp_path / "farm.json"
+    ran = run_cli("run", spec, "--batch", "--no-save", "-o", str(out), broker=redis_server.url, timeout=120,
+                  EVALFARM_BATCH_MAX_REQUESTS="10", **FARM)
+    assert ran.returncode == 0, ran.stderr
+    outcomes = {o["prompt_id"]: o for o in json.loads(out.read_text())["outcomes"]}
+    assert all(o["error"] is None and o["judge_score"] == 1.0 for o in outcomes.values())
+    stats = _stats(mock)
+    keys = {p: judge_id(o["key"]) for p, o in outcomes.items()}
+    assert all(stats["batch_items"][keys[f"p{i}"]] == 1 for i in range(20) if i != 2)
+    assert stats["batch_items"][keys["p2"]] == 1  # its judge line failed in the batch: judged live
+    live = stats["requests"] - sum(stats["batch_items"].values())
+    assert live == 3, stats  # p1's judge retry, p2's model call and p2's judge call

@@ -300,13 +300,11 @@ def batch_engine(engine: Any, spec: Any, run_id: str, journal: Journal | None = 
     return done
 
 
-def batched_judge(spec: Any, run_id: str, journal: Journal | None = None) -> Any:
-    """The spec's rubric judge with its calls in batches (a line the provider failed goes live)."""
-    from ..engine.judges import LLMJudge
+def judge_endpoint(spec: Any) -> Any:
+    """The endpoint of the spec's rubric judge (its batch API and its live calls)."""
     from ..redact import register_secret_env
-    from .http import close_current
     from .limits import Limits
-    from .openai import Endpoint, chat
+    from .openai import Endpoint
     from .wire import OPENAI_CHAT
 
     wire = OPENAI_CHAT
@@ -318,8 +316,17 @@ def batched_judge(spec: Any, run_id: str, journal: Journal | None = None) -> Any
         raise KeyError("the judge has no base_url: set judge.base_url, pass --judge-base-url, "
                        "or set EVAL_JUDGE_BASE_URL / EVAL_BASE_URL")
     register_secret_env(spec.api_key_env)
-    endpoint = Endpoint(spec.base_url, spec.model, spec.api_key_env, spec.timeout_s, spec.price, dict(spec.params),
-                        Limits(spec.max_in_flight, spec.requests_per_minute), wire)
+    return Endpoint(spec.base_url, spec.model, spec.api_key_env, spec.timeout_s, spec.price, dict(spec.params),
+                    Limits(spec.max_in_flight, spec.requests_per_minute), wire)
+
+
+def batched_judge(spec: Any, run_id: str, journal: Journal | None = None) -> Any:
+    """The spec's rubric judge with its calls in batches (a line the provider failed goes live)."""
+    from ..engine.judges import LLMJudge
+    from .http import close_current
+    from .openai import chat
+
+    endpoint = judge_endpoint(spec)
     batcher = Batcher(client_for(endpoint), "judge", run_id, journal)
 
     async def aclose() -> None:
@@ -327,4 +334,4 @@ def batched_judge(spec: Any, run_id: str, journal: Journal | None = None) -> Any
         await close_current()
 
     return LLMJudge(spec, batched_judge_transport(endpoint, batcher, lambda m: chat(endpoint, m, label="judge")),
-                    kind=wire.kind, aclose=aclose)
+                    kind=endpoint.wire.kind, aclose=aclose)

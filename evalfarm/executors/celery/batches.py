@@ -13,6 +13,11 @@ key) and scores them like live answers (checks here, the judge on the judge queu
 goes live (a ``run_batch`` task on the provider queue); an expired batch's items are submitted once more, then
 are ``BatchExpired`` errors; a spent budget, or a cancelled run, cancels the batch at the provider.
 
+A ``batch: true`` judge is batched the same way: its items wait answered in ``pending``; the worker that would
+send them to the judge queue sends ``batch_submit`` tasks of adapter ``judge`` (one request per item,
+``custom_id`` ``judge-<key>``), and the poll judges each item with ``engine.judge`` over a transport that replays
+its batch answer once (the judge's retry, a failed or unanswered line: live calls).
+
 ``resume`` dispatches none of the items an unfinished batch holds (``keys_in_open_batches``), and a group it
 dispatches again keeps its label (a hash of its keys), so the record or the provider's list finds it.
 """
@@ -27,7 +32,7 @@ from ...core.outcome import Outcome
 from ...core.plan import Item
 from ...engine.adapters import Completion
 from ...engine.budget import SKIPPED_BUDGET
-from ...engine.items import error_of
+from ...engine.items import bounded, error_of
 from ...envvars import env_float, env_int
 from ...errors import InfrastructureError
 from ...redact import redact
@@ -58,6 +63,33 @@ def batched_adapters(meta: dict[str, Any] | None) -> dict[str, str]:
         if isinstance(entry, dict) and entry.get("batch") and entry.get("provider", "openai") in PROVIDER_MAX:
             out[str(entry.get("id"))] = str(entry.get("provider", "openai"))
     return out
+
+
+JUDGE = "judge"  # the adapter name of a batched judge's groups and records
+
+
+def judge_batched(meta: dict[str, Any] | None) -> bool:
+    """Whether the run's judge (from its stored spec) sends its calls through a batch API."""
+    judge = ((meta or {}).get("spec") or {}).get("judge")
+    return isinstance(judge, dict) and bool(judge.get("batch")) and judge.get("provider", "openai") in PROVIDER_MAX
+
+
+def judge_groups(store: RunStore, run_id: str, keys: list[str], store_url: str | None) -> list[list[str]] | None:
+    """The ``batch_submit`` groups of items to judge when the run's judge is batched, else None (live)."""
+    ctx = work.context_for(store, run_id, store_url) if keys else None
+    if ctx is None or not judge_batched(ctx.meta):
+        return None
+    size = group_requests(ctx.spec.judge.provider)
+    return [keys[start:start + size] for start in range(0, len(keys), size)]
+
+
+def _endpoint(ctx: Any, adapter_id: str) -> Any:
+    """The endpoint a group's requests go to: an adapter's, or the judge's."""
+    if adapter_id == JUDGE:
+        from ...providers.batches import judge_endpoint
+
+        return judge_endpoint(ctx.spec.judge)
+    return ctx.engine.adapters[adapter_id].endpoint
 
 
 def group_requests(provider: str) -> int:
@@ -196,15 +228,20 @@ def submit(store: RunStore, run_id: str, keys: list[str], adapter_id: str, attem
             if not mine[bid].get("processed"):
                 schedule_poll(bid, 0, poll_delay(0))
         return list(mine)
-    settled = store.done_keys(run_id, keys) | store.pending_among(run_id, keys)
-    todo = [k for k in keys if k not in settled]
+    if adapter_id == JUDGE:
+        todo, bodies = _judge_requests(store, run_id, keys, label, ctx)
+    else:
+        settled = store.done_keys(run_id, keys) | store.pending_among(run_id, keys)
+        todo = [k for k in keys if k not in settled]
+        items = {i.key: i for i in (Item.from_dict(json.loads(raw)) for raw in store.get_items(run_id, todo) if raw)}
+        adapter = ctx.engine.adapters[adapter_id]
+        bodies = {k: (k, _body(adapter, items[k])) for k in todo if k in items}
     if not todo:
         return []
-    _put(store, run_id, f"group:{label}", {"group": label, "keys": todo, "processed": False, "at": time.time()})
-    adapter = ctx.engine.adapters[adapter_id]
-    client = client_for(adapter.endpoint)
-    items = {i.key: i for i in (Item.from_dict(json.loads(raw)) for raw in store.get_items(run_id, todo) if raw)}
-    lines = [(k, client.line(k, _body(adapter, items[k]))) for k in todo if k in items]
+    _put(store, run_id, f"group:{label}", {"group": label, "adapter": adapter_id, "keys": todo, "processed": False,
+                                            "at": time.time()})
+    client = client_for(_endpoint(ctx, adapter_id))
+    lines = [(k, client.line(*bodies[k])) for k in todo if k in bodies]  # (item key, its request line)
     from ...engine.batching import split
 
     ids: list[str] = []
@@ -246,6 +283,30 @@ def submit(store: RunStore, run_id: str, keys: list[str], adapter_id: str, attem
     return ids
 
 
+def _judge_requests(store: RunStore, run_id: str, keys: list[str], label: str,
+                    ctx: Any) -> tuple[list[str], dict[str, tuple[str, bytes]]]:
+    """A judge group's open items (answered, waiting in ``pending``, in no other judge batch) and each one's
+    request: (custom_id ``judge_id(key)``, the body the judge would send live; ``judging_messages``)."""
+    from ...engine.batching import judge_id
+    from ...engine.judges import judging_messages
+
+    done = store.done_keys(run_id, keys)
+    held = {k for f, r in records(store, run_id).items()
+            if r.get("adapter") == JUDGE and r.get("group") != label and not r.get("processed")
+            for k in r.get("keys") or [] if isinstance(k, str)}
+    partial = {o["key"]: Outcome.from_dict(o) for o in store.get_pending(run_id, [k for k in keys if k not in done])
+               if isinstance(o, dict) and o.get("key") not in held}
+    todo = [k for k in keys if k in partial]
+    endpoint = _endpoint(ctx, JUDGE)
+    bodies = {}
+    for key, raw in zip(todo, store.get_items(run_id, todo)):
+        if raw:
+            item = Item.from_dict(json.loads(raw))
+            messages = judging_messages(ctx.spec.judge, item.prompt, partial[key].output or "")
+            bodies[key] = (judge_id(key), endpoint.wire.body(endpoint, messages, dict(endpoint.params)))
+    return [k for k in todo if k in bodies], bodies
+
+
 async def _listed(client: Any, run_id: str) -> list[BatchState]:
     """The provider's batches of this run (by metadata); an API without metadata (Anthropic) finds none."""
     if client.kind != "openai":
@@ -269,8 +330,8 @@ def poll(store: RunStore, run_id: str, batch_id: str, attempt: int, store_url: s
     ctx = work.context_for(store, run_id, store_url)
     if rec is None or rec.get("processed") or ctx is None:
         return "gone"
-    adapter = ctx.engine.adapters[rec["adapter"]]
-    client = client_for(adapter.endpoint)
+    endpoint = _endpoint(ctx, rec["adapter"])
+    client = client_for(endpoint)
     cancelled_run = work._cancelled(store, run_id)
     engine = ctx.engine
 
@@ -310,6 +371,14 @@ def poll(store: RunStore, run_id: str, batch_id: str, attempt: int, store_url: s
         schedule_poll(batch_id, attempt + 1, poll_delay(attempt + 1))
         return state.status
     keys = [k for k in rec.get("keys") or [] if isinstance(k, str)]
+    if rec["adapter"] == JUDGE:
+        n = _judge_answers(store, ctx, run_id, keys, endpoint, results or {}, cancelled_run, enqueue_aggregate)
+        rec["processed"] = True
+        _put(store, run_id, batch_id, rec)
+        log.info("batch_results_taken", run_id=run_id, batch=batch_id, status=state.status, items=n,
+                 provider_s=round(t_http, 3))
+        return state.status
+    adapter = ctx.engine.adapters[rec["adapter"]]
     settled = store.done_keys(run_id, keys) | store.pending_among(run_id, keys)  # a redelivered poll: once
     open_keys = [k for k in keys if k not in settled]
     items = {i.key: i for i in (Item.from_dict(json.loads(raw)) for raw in store.get_items(run_id, open_keys) if raw)}
@@ -369,10 +438,53 @@ def poll(store: RunStore, run_id: str, batch_id: str, attempt: int, store_url: s
     return state.status
 
 
+def _judge_answers(store: RunStore, ctx: Any, run_id: str, keys: list[str], endpoint: Any, results: dict,
+                   cancelled_run: bool, enqueue_aggregate: Callable[[str], None]) -> int:
+    """A judge batch's answers judged as the live judge would: ``engine.judge`` over a transport that
+    replays the item's answer from the batch once; a second call (an unparseable verdict's retry), a
+    failed line, or an item the batch did not answer (expired, cancelled) is a live call. Returns how many
+    items were recorded."""
+    import copy
+
+    from ...engine.batching import CURRENT_KEY, judge_id
+    from ...engine.judges import LLMJudge
+    from ...providers.openai import ChatResult, chat
+
+    if cancelled_run:
+        return 0
+    done = store.done_keys(run_id, keys)
+    partial = {o["key"]: Outcome.from_dict(o) for o in store.get_pending(run_id, [k for k in keys if k not in done])
+               if isinstance(o, dict)}
+    raws = store.get_items(run_id, list(partial))
+    pairs = [(Item.from_dict(json.loads(raw)), partial[k]) for k, raw in zip(partial, raws) if raw]
+    price = endpoint.price.batched() if endpoint.price is not None else None
+    replayed: set[str] = set()
+
+    async def replay(messages: list[dict[str, str]]) -> Any:
+        key = CURRENT_KEY.get() or ""
+        got = results.get(judge_id(key))
+        if key not in replayed and got is not None and got.kind == "ok":
+            replayed.add(key)
+            try:
+                text, finish, t_in, t_out = endpoint.wire.parse(endpoint, got.body)
+                return ChatResult(text, finish, t_in, t_out, cost_of(price, t_in, t_out), 1)
+            except Exception:  # a malformed answer line: the live call decides
+                pass
+        replayed.add(key)
+        return await chat(endpoint, messages, label="judge")
+
+    engine = copy.copy(ctx.engine)  # the process's engine is shared by task threads: its judge stays live
+    engine.judge_ = LLMJudge(ctx.spec.judge, replay, kind=endpoint.wire.kind)
+    judged = work.WORKER_LOOP.run(lambda: bounded(8, [lambda i=i, o=o: engine.judge(i, o) for i, o in pairs]))
+    work._record(store, ctx, run_id, judged, enqueue_aggregate)
+    return len(judged)
+
+
 def cancel_open(store: RunStore, run_id: str) -> list[str]:
     """``evalfarm cancel``: cancel the run's open batches at the provider now (best effort: a worker's next
     poll of a cancelled run cancels them too). Returns the ids cancelled."""
     from ...engine import build_engine
+    from ...providers.batches import judge_endpoint
     from ..finalize import spec_of
 
     meta = store.get_meta(run_id)
@@ -385,7 +497,8 @@ def cancel_open(store: RunStore, run_id: str) -> list[str]:
 
     async def go() -> None:
         for bid, rec in open_.items():
-            client = client_for(engine.adapters[rec["adapter"]].endpoint)
+            client = client_for(judge_endpoint(spec_of(meta).judge) if rec.get("adapter") == JUDGE
+                                else engine.adapters[rec["adapter"]].endpoint)
             try:
                 await client.cancel(bid)
                 done.append(bid)

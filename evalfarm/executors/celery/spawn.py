@@ -43,8 +43,8 @@ from ...envvars import env_int
 from ...logs import get_logger
 from ...redact import redact
 from ..store import RunStore
-from . import work
-from .app import AGGREGATE, JUDGE_BATCH, SPAWN_ITEM, create_app
+from . import batches, work
+from .app import AGGREGATE, BATCH_SUBMIT, JUDGE_BATCH, SPAWN_ITEM, create_app
 from .broker_scan import PRIORITY_SEP, _decode
 from .heartbeat import KEY_PREFIX
 from .pools import Pool
@@ -215,7 +215,11 @@ def register_spawn(app: Celery, settings: FarmSettings, spawn: FarmSettings) -> 
         main.send_task(AGGREGATE, args=[run_id], queue="aggregate")
 
     def enqueue_judge(run_id: str, keys: list[str]) -> None:
-        main.send_task(JUDGE_BATCH, args=[run_id, keys], queue="judge")
+        groups = batches.judge_groups(store_for(url), run_id, keys, url)  # a batched judge: its batch API
+        for group in groups or []:
+            main.send_task(BATCH_SUBMIT, args=[run_id, group, batches.JUDGE, 0], queue="aggregate")
+        if groups is None:
+            main.send_task(JUDGE_BATCH, args=[run_id, keys], queue="judge")
 
     @app.task(name=SPAWN_ITEM, bind=True, shared=False, acks_late=True, reject_on_worker_lost=True,
               ignore_result=True)

@@ -80,6 +80,12 @@ def register(app: Celery, settings: FarmSettings) -> None:
         app.send_task(AGGREGATE, args=[run_id], queue="aggregate")
 
     def enqueue_judge(run_id: str, keys: list[str]) -> None:
+        """A batched judge's items go to its batch API (a ``batch_submit`` of adapter "judge"), else live."""
+        groups = batches.judge_groups(store_for(url), run_id, keys, url)
+        for group in groups or []:
+            app.send_task(BATCH_SUBMIT, args=[run_id, group, batches.JUDGE, 0], queue="aggregate")
+        if groups is not None:
+            return
         app.send_task(JUDGE_BATCH, args=[run_id, keys], queue="judge")
 
     @app.task(name=RUN_BATCH, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -106,7 +112,8 @@ def register(app: Celery, settings: FarmSettings) -> None:
         return len(until_done(BATCH_SUBMIT, run_id, lambda: batches.submit(
             store_for(url), run_id, keys, adapter, attempt, url,
             lambda bid, n, d: schedule_poll(run_id, bid, n, d),
-            lambda live: app.send_task(RUN_BATCH, args=[run_id, live], queue="provider"))))
+            lambda live: app.send_task(JUDGE_BATCH, args=[run_id, live], queue="judge") if adapter == batches.JUDGE
+            else app.send_task(RUN_BATCH, args=[run_id, live], queue="provider"))))
 
     @app.task(name=BATCH_POLL, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def batch_poll(run_id: str, batch_id: str, attempt: int = 0) -> str:
