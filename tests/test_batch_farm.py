@@ -45,6 +45,9 @@ def test_2000_items_on_2_workers_in_4_batches_same_report_as_in_process(provider
                   EVALFARM_BATCH_MAX_REQUESTS="500", **FAST)
     assert ref.returncode == 0, ref.stderr
     assert _same(json.loads(out.read_text())) == _same(json.loads(local.read_text()))
+    for report in (out, local):  # a batched answer's latency is its batch's time at the provider (>= 1 s here)
+        latencies = [o["latency_ms"] for o in json.loads(report.read_text())["outcomes"]]
+        assert min(latencies) >= 1000, (report.name, min(latencies))
     st = run_cli("status", json.loads(out.read_text())["run_id"], "--json", broker=redis_server.url)
     info = json.loads(st.stdout)
     assert len(info["provider_batches"]) == 4 and info["in_provider_batches"] == 0

@@ -388,6 +388,12 @@ def poll(store: RunStore, run_id: str, batch_id: str, attempt: int, store_url: s
     live: list[str] = []
     again: list[str] = []
     charged = 0.0
+    # a batched answer's latency is its batch's time at the provider, submit to results, as in process
+    # (enqueue to answer); the record is Redis data, so a bad "at" gives the smallest latency, not an error
+    try:
+        waited_ms = max(0.001, (time.time() - float(rec.get("at") or time.time())) * 1e3)
+    except (TypeError, ValueError):
+        waited_ms = 0.001
     for key, item in items.items():
         got = (results or {}).get(key)
         out = Outcome(key=key, prompt_id=item.prompt.id, adapter=item.adapter, trial=item.trial)
@@ -400,7 +406,7 @@ def poll(store: RunStore, run_id: str, batch_id: str, attempt: int, store_url: s
             completion = Completion(text=text, finish_reason=finish, input_tokens=t_in, output_tokens=t_out,
                                     cost_usd=cost_of(price, t_in, t_out),
                                     meta={"attempts": 1, "priced": adapter.endpoint.price is not None,
-                                          "batch": "answered", "call_ms": 0.001})
+                                          "batch": "answered", "call_ms": round(waited_ms, 3)})
             charged += completion.cost_usd
             out = engine.score(item, out, completion, time.perf_counter())
             (judge if engine.needs_judge(out) else final).append(out)
