@@ -4,7 +4,7 @@ and N with `isolation: sandbox`, alternating; per agent the median task wall tim
 diff, check, removal) and the agent's own wall, each way; and the tokens the agent reported against the
 tokens the relay counted on the wire. Target: the sandbox adds under 50 ms per task.
 
-    python bench/sandbox_cost.py [--tasks 5] [--agents claude,codex]
+    python bench/sandbox_cost.py [--tasks 5] [--agents claude,codex,gemini,opencode,aider]
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ from agents_fixtures import EDIT_SCRIPT, MODELS  # noqa: E402
 from evalfarm.agents.adapter import AgentAdapter  # noqa: E402
 from evalfarm.spec.models import AdapterSpec, PromptSpec, Workspace  # noqa: E402
 
-KEYS = {"ANTHROPIC_API_KEY": "sk-bench-anthropic-0123456789", "OPENAI_API_KEY": "sk-bench-openai-0123456789"}
+KEYS = {"ANTHROPIC_API_KEY": "sk-bench-anthropic-0123456789", "OPENAI_API_KEY": "sk-bench-openai-0123456789",
+        "GEMINI_API_KEY": "sk-bench-gemini-0123456789"}  # every agent's key variable (spec.models.AGENT_KEY_ENVS)
 
 
 def free_port() -> int:
@@ -97,6 +98,7 @@ def main() -> int:
                 "tokens_self_reported": [rows["sandbox"][-1][2], rows["sandbox"][-1][3]],
                 "tokens_relay_counted": [relay["input_tokens"], relay["output_tokens"]],
             }
+            print(agent, json.dumps(out[agent]), file=sys.stderr, flush=True)  # a later agent's failure keeps this
     finally:
         server.terminate()
         server.wait(10)

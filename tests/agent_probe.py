@@ -82,7 +82,7 @@ def attack(base_url: str, key_var: str, redis_port: int, worker_home: str, base_
                             "s.sendall(b'PING\\r\\n'); print(s.recv(64))") for p in pids[:20]}
     out["unshare"] = sh("unshare", "--net", "--", "true")
     out["unshare_user"] = sh("unshare", "--user", "--map-root-user", "--", "true")
-    out["mount"] = sh("mount", "-t", "tmpfs", "none", "/mnt")
+    out["mount"] = sh("mount", "-t", "tmpfs", "none", "/tmp")  # /tmp exists in the jail: only privilege stops it
     url = os.environ.get("EVALFARM_MODEL_BASE_URL") or base_url
     out["model_url"] = url
     out["model"] = model_call(url, os.environ.get(key_var, ""))

@@ -142,6 +142,8 @@ def test_no_redis_no_nsenter_no_unshare_no_capabilities(attacked):
     assert not seen["unshare"].startswith("rc=0") and not seen["unshare_user"].startswith("rc=0")
     assert not seen["mount"].startswith("rc=0")
     assert "CapEff:\t0000000000000000" in seen["caps"] and "NoNewPrivs:\t1" in seen["caps"], seen["caps"]
+    print("\nas root:", {k: seen[k] for k in ("redis", "unshare", "unshare_user", "mount")},
+          sorted(set(seen["nsenter"].values())))
 
 
 def evil_repo(path: Path, marker: Path) -> Path:

@@ -162,3 +162,15 @@ def test_a_batch_the_provider_refuses_goes_live(provider, tmp_path, redis_server
         assert sorted(o["output"] for o in outcomes) == sorted(f"question {i}" for i in range(12))
     stats = _stats(mock)
     assert stats["batch_creates"] == 0 and set(stats["asked"].values()) == {2}  # once live in each run
+
+
+def test_a_run_waiting_on_open_batches_says_so_instead_of_warning(provider, tmp_path, redis_server, start_worker):
+    mock = provider("--batch-delay", "4.0")
+    start_worker(redis_server.url, concurrency=1, **FARM)
+    spec = _spec(tmp_path, mock, 20)
+    ran = run_cli("run", spec, "--batch", "--no-save", "--json", broker=redis_server.url, timeout=120,
+                  EVALFARM_IDLE_WARNING_S="1", **FARM)
+    assert ran.returncode == 0, ran.stderr
+    assert "is a worker consuming" not in ran.stderr and "warning" not in ran.stderr, ran.stderr
+    assert "waits on 1 batch open at the provider (" in ran.stderr and "20 requests" in ran.stderr, ran.stderr
+    assert len(json.loads(ran.stdout)["outcomes"]) == 20

@@ -319,7 +319,7 @@ class AgentAdapter:
         binary = Path(binary)
         installs = agents_dir()
         if binary.is_relative_to(installs):
-            readonly.append(installs / self.driver.name)
+            readonly += [installs / self.driver.name, *jail.venv_bases(installs / self.driver.name)]
         elif self.driver.name == "command":
             readonly += jail.named_files([str(binary), *self.driver.words[1:]], not policy.sandbox_required())
         else:

@@ -16,13 +16,16 @@
   kills bwrap's process group and every process in the namespace dies with it (``setsid`` and double
   forks included: they are still in the namespace).
 
-Limits (limits.py) wrap the bwrap command. Not root: bwrap makes a user namespace itself. Without
+Limits (limits.py) wrap the bwrap command. Not root: bwrap makes a user namespace itself, and (bwrap >= 0.8)
+``--disable-userns`` forbids the agent a nested one. Without
 bwrap on the machine an agent run stops with exit 2 naming the package, unless ``isolation: none``.
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +41,18 @@ PYTHON = "/usr/bin/python3"  # the forwarder's interpreter: a system one, visibl
 
 def bwrap() -> str | None:
     return shutil.which("bwrap")
+
+
+@functools.lru_cache(maxsize=4)
+def disables_userns(exe: str) -> bool:
+    """bwrap >= 0.8 can forbid user namespaces inside its own: not root, the jail is a user namespace, and
+    without this the agent could make a nested one (``unshare --user --map-root-user``), regaining every
+    capability there (not over the host's namespaces: a kernel attack surface, not a way out)."""
+    try:
+        done = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=10, env={})
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--disable-userns" in done.stdout + done.stderr
 
 
 def available() -> str | None:
@@ -70,7 +85,7 @@ class Jail:
         a = [exe, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
              "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", self.hostname]
         if os.geteuid() != 0:
-            a += ["--unshare-user"]
+            a += ["--unshare-user", *(["--disable-userns"] if disables_userns(exe) else [])]
         for d in SYSTEM:
             p = Path(d)
             if p.is_symlink():
@@ -97,6 +112,26 @@ class Jail:
             a += [PYTHON, "-I", "-S", str(INSIDE / "forwarder.py"), "--port", str(PORT), "--socket",
                   str(INSIDE / "relay" / "m.sock"), "--"]
         return a + command
+
+
+def venv_bases(install: Path) -> list[Path]:
+    """An agent installed in a Python venv (aider under ``make agents-all``) runs the venv's interpreter, a
+    link to the base Python's prefix (``home`` in ``pyvenv.cfg``); outside the system dirs (pyenv under
+    /root, say) that prefix must be bound too, or the agent's script fails with a bare ENOENT. Only the
+    operator's own install dir is read here, never a suite's path."""
+    out: list[Path] = []
+    for cfg in (install / "venv" / "pyvenv.cfg", install / "pyvenv.cfg"):
+        try:
+            lines = cfg.read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            key, _, value = line.partition("=")
+            if key.strip() == "home" and value.strip().startswith("/"):
+                prefix = Path(value.strip()).resolve().parent  # home is the base's bin/
+                if prefix.is_dir() and not under_system(prefix) and prefix != Path("/"):
+                    out.append(prefix)
+    return out
 
 
 def extra_paths() -> list[Path]:

@@ -121,15 +121,16 @@ def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
         before = backend.progress(run_id)
         queued, in_hands = backend.open_items(run_id)  # not done, not awaiting the judge
         p = backend.progress(run_id)
-        if (p.done, p.pending_judge) == (before.done, before.pending_judge):
+        if (p.stored, p.pending_judge) == (before.stored, before.pending_judge):
             break
     batch_lines, in_batches = backend.batches(run_id)
     info = {"run_id": run_id, "spec": meta["spec"]["name"], "state": meta.get("state"), "total": p.total,
             "done": p.done, "errors": p.errors, "pending_judge": p.pending_judge, "queued": queued,
             "in_hands": in_hands, "in_broker": queued + in_hands, "in_provider_batches": in_batches,
             "provider_batches": batch_lines,
-            "missing": p.total - p.done - p.pending_judge - queued - in_hands - in_batches,
-            "executed": p.executed, "duplicate_executions": max(0, p.executed - p.done),
+            "missing": p.total - p.stored - p.pending_judge - queued - in_hands - in_batches,
+            "stored": p.stored, "lost_results": p.lost,
+            "executed": p.executed, "duplicate_executions": max(0, p.executed - p.stored),
             "cost_usd": round(p.cost_usd, 6), "per_adapter": {a: {"done": d, "errors": e}
                                                                 for a, (d, e) in p.per_adapter.items()},
             "started_at": meta.get("started_at"), "finished_at": meta.get("finished_at"),
@@ -142,6 +143,9 @@ def status(run_id: str | None, broker: str | None, as_json: bool) -> None:
     click.echo(f"run {run_id} ({info['spec']}): {info['state']}, {p.done}/{p.total} done ({pct:.1f}%), "
                f"{p.errors} errored, {p.pending_judge} awaiting the judge, {queued} queued, {in_hands} in workers' "
                f"hands, {max(0, info['missing'])} missing")
+    if p.lost:
+        click.echo(f"  {p.lost} of the done items lost their results (Redis restored from an older snapshot?) and "
+                   "run again; done holds until they are back")
     if meta.get("failure"):
         click.echo(f"  failed: {meta['failure']}")
     for a, d in info["per_adapter"].items():

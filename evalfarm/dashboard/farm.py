@@ -28,6 +28,12 @@ def _farm():
     return farm.queues, farm.priority_sep, farm.cost_scale, farm.runs_index
 
 
+def fold_tally(counts, tally):
+    from ..runs.farm import fold_tally as fold
+
+    return fold(counts, tally)
+
+
 def redis_client(url: str):
     """A redis-py client for the farm's Redis that fails fast, so a page never hangs."""
     from ..runs.farm import redis_client as client
@@ -106,17 +112,19 @@ class FarmView:
             pipe.get(f"ef:run:{rid}:state")
             pipe.hgetall(f"ef:run:{rid}:counts")
             pipe.hlen(f"ef:run:{rid}:pending")
+            pipe.hgetall(f"ef:run:{rid}:tally")
         raw = pipe.execute()
         now = time.time()
         runs = []
         for i, rid in enumerate(run_ids):
-            state = (raw[3 * i] or b"").decode("utf-8", "replace")
-            counts = {k.decode("utf-8", "replace"): safe.count(_int(v)) for k, v in (raw[3 * i + 1] or {}).items()}
+            state = (raw[4 * i] or b"").decode("utf-8", "replace")
+            counts = {k.decode("utf-8", "replace"): safe.count(_int(v)) for k, v in (raw[4 * i + 1] or {}).items()}
+            counts = fold_tally(counts, raw[4 * i + 3] or {})
             static = self._static_meta(r, rid)
             if static is None:
                 continue
             finished_at = self._finished_at(r, rid) if state in FINISHED else None
-            runs.append(self._progress(rid, state, counts, safe.count(raw[3 * i + 2]), static, now, finished_at,
+            runs.append(self._progress(rid, state, counts, safe.count(raw[4 * i + 2]), static, now, finished_at,
                                        cost_scale))
         pipe = r.pipeline(transaction=False)
         for q in queues:
@@ -166,7 +174,7 @@ class FarmView:
 
     def _progress(self, rid: str, state: str, c: dict[str, int], pending: int, static: dict[str, Any],
                   now: float, finished_at: float | None, cost_scale: int) -> dict[str, Any]:
-        done, total = c.get("done", 0), static["total"]
+        done, total = max(c.get("done", 0), c.get("done_seen", 0)), static["total"]
         started = _ts(static["started_at"])
         finished = state in FINISHED
         if finished:  # its own duration, or none known (a cancelled run has no finish time)

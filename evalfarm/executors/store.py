@@ -415,6 +415,14 @@ class Progress:
     pending_judge: int = 0
     executed: int = 0
     cost_per_adapter: dict[str, float] | None = None  # model + judge spend so far
+    # results the run store lost (Redis restored from an older snapshot) that have not run again yet:
+    # ``done`` is the most results the store held, so it never goes down; done - lost are stored now
+    lost: int = 0
+
+    @property
+    def stored(self) -> int:
+        """Items whose results the store holds now (what completes the run)."""
+        return self.done - self.lost
 
 
 def progress_of(store: RunStore, run_id: str, meta: dict[str, Any]) -> Progress:
@@ -425,7 +433,9 @@ def progress_of(store: RunStore, run_id: str, meta: dict[str, Any]) -> Progress:
         since = (datetime.now(timezone.utc) - datetime.fromisoformat(meta["started_at"])).total_seconds()
     except (KeyError, ValueError, TypeError):
         since = 0.0
-    return Progress(run_id=run_id, total=meta["total"], done=c.get("done", 0), errors=c.get("errors", 0),
+    stored = c.get("done", 0)
+    done = max(stored, c.get("done_seen", 0))
+    return Progress(run_id=run_id, total=meta["total"], done=done, lost=done - stored, errors=c.get("errors", 0),
                     cost_usd=c.get("cost_nusd", 0) / COST_SCALE,
                     per_adapter={a: (c.get(f"done:{a}", 0), c.get(f"errors:{a}", 0)) for a in adapters},
                     elapsed_s=max(since, 0.0), state=store.get_state(run_id) or "?",

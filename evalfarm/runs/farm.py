@@ -50,6 +50,13 @@ def layout() -> Layout:
     return Layout(QUEUES, PRIORITY_SEP, RUNS_INDEX, COST_SCALE, KEY_PREFIX)
 
 
+def fold_tally(counts: dict[str, int], tally: dict[bytes, bytes]) -> dict[str, int]:
+    """A run's counts with the workers' counter records folded in (never lower after a restore)."""
+    from ..executors.celery.store import fold_tally as fold
+
+    return fold(counts, tally)
+
+
 def redis_client(url: str):
     """A redis-py client for the farm's Redis that fails fast (2 s to connect, 3 s a command), with
     the farm's TLS settings: a reader (a page, a probe) never hangs."""

@@ -119,6 +119,25 @@ def lines(recs: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
+def open_batches_line(store: RunStore, run_id: str) -> str | None:
+    """"N batches open at the provider (state: n, ...; counts)" for a run waiting on them, else None: the
+    coordinator says this instead of warning that no worker consumes the provider queue."""
+    recs = [r for r in batch_records(store, run_id).values() if not r.get("processed")]
+    if not recs:
+        return None
+    states: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for r in recs:
+        states[str(r.get("status"))[:20]] = states.get(str(r.get("status"))[:20], 0) + 1
+        for k, v in (r.get("counts") if isinstance(r.get("counts"), dict) else {}).items():
+            if isinstance(v, int):
+                counts[str(k)[:20]] = counts.get(str(k)[:20], 0) + v
+    held = sum(len(r.get("keys") or []) for r in recs)
+    return (f"{len(recs)} batch{'es' if len(recs) != 1 else ''} open at the provider "
+            f"({', '.join(f'{s} {n}' for s, n in sorted(states.items()))}; {held} requests"
+            + "".join(f", {k} {v}" for k, v in counts.items()) + "); 'evalfarm status' shows them")
+
+
 # -- dispatch (the coordinator) --------------------------------------------------------------------------
 
 def route_batches(app, store: RunStore, run_id: str, batches: Iterable[list[str]],

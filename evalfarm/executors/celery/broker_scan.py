@@ -10,7 +10,7 @@ import base64
 import json
 from typing import Any, Iterator
 
-from .app import QUEUES
+from .app import BATCH_POLL, QUEUES
 
 PRIORITY_SEP = "\x06\x16"
 
@@ -43,20 +43,29 @@ def _messages(r) -> Iterator[tuple[bool, dict[str, Any]]]:
             yield True, m
 
 
-def broker_keys(r, run_id: str) -> tuple[set[str], set[str], int]:
-    """(item keys in this run's queued batch messages, in its unacked ones, aggregate messages)."""
+def scan(r, run_id: str) -> tuple[set[str], set[str], int, int]:
+    """(item keys in this run's queued batch messages, in its unacked ones, aggregate messages, provider
+    batch polls). A ``batch_poll`` carries a provider batch's id, not an aggregate: counted apart, so a run
+    waiting on open provider batches does not look like one with aggregates queued."""
     queued: set[str] = set()
     unacked: set[str] = set()
-    aggregates = 0
+    aggregates = polls = 0
     for in_hands, m in _messages(r):
         args = m["args"]
         if not args or args[0] != run_id:
             continue
-        if len(args) > 1 and isinstance(args[1], list):
+        if m["task"] == BATCH_POLL:
+            polls += 1
+        elif len(args) > 1 and isinstance(args[1], list):
             (unacked if in_hands else queued).update(args[1])
         else:
             aggregates += 1
-    return queued, unacked, aggregates
+    return queued, unacked, aggregates, polls
+
+
+def broker_keys(r, run_id: str) -> tuple[set[str], set[str], int]:
+    """(item keys in this run's queued batch messages, in its unacked ones, aggregate messages)."""
+    return scan(r, run_id)[:3]
 
 
 def keys_in_broker(r, run_id: str) -> tuple[set[str], int]:
@@ -92,11 +101,12 @@ def consumed_queues(r) -> set[str] | None:
 
 def broker_segments(r, run_id: str) -> tuple[set[int], set[int]]:
     """(segments of an archived run in queued batch messages, in unacknowledged ones): such a message
-    is ``[run_id, [], seg]``, the items being on the archive."""
+    is ``[run_id, [], seg]``, the items being on the archive (a ``batch_poll``'s ``[run_id, batch id, attempt]``
+    is not one)."""
     queued: set[int] = set()
     unacked: set[int] = set()
     for in_hands, m in _messages(r):
         args = m["args"]
-        if len(args) > 2 and args[0] == run_id and isinstance(args[2], int):
+        if len(args) > 2 and args[0] == run_id and isinstance(args[2], int) and m["task"] != BATCH_POLL:
             (unacked if in_hands else queued).add(args[2])
     return queued, unacked

@@ -28,7 +28,7 @@ from ..base import ProgressFn
 from ..finalize import run_ttl_s
 from ..store import Progress, batched, progress_of
 from .app import AGGREGATE, JUDGE_BATCH, RUN_BATCH, create_app
-from .batches import cancel_open, keys_in_open_batches, route_batches
+from .batches import cancel_open, keys_in_open_batches, open_batches_line, route_batches
 from .broker_scan import broker_keys, broker_segments, keys_in_broker
 from .room import full, no_room, run_bytes
 from .settings import FarmSettings, pick_batch_size
@@ -380,7 +380,7 @@ class CeleryBackend:
               stall_s: float, answered=lambda: None) -> None:
         started = time.monotonic()
         complete_since: float | None = None
-        warned = False
+        warned = lost_said = False
         moved_at, checked_at, last, diagnosis = time.monotonic(), time.monotonic(), None, None
         while True:
             if self.store.report_size(run_id):
@@ -396,20 +396,29 @@ class CeleryBackend:
                 raise self.stopped_error(run_id, None if p.state == "?" else p.state)
             if not warned and p.executed == 0 and time.monotonic() - started > self.settings.idle_warning_s:
                 warned = True
-                print(f"evalfarm: warning: no item of run {run_id} has finished after "
-                      f"{self.settings.idle_warning_s:.0f} s: is a worker consuming the provider queue? "
-                      "(evalfarm worker --broker ...)", file=sys.stderr, flush=True)
-            now = (p.done, p.executed, p.pending_judge)
+                waiting = open_batches_line(self.store, run_id)
+                if waiting:  # a provider batch may take hours: nothing is wrong, say what the run waits for
+                    print(f"evalfarm: run {run_id} waits on {waiting}", file=sys.stderr, flush=True)
+                else:
+                    print(f"evalfarm: warning: no item of run {run_id} has finished after "
+                          f"{self.settings.idle_warning_s:.0f} s: is a worker consuming the provider queue? "
+                          "(evalfarm worker --broker ...)", file=sys.stderr, flush=True)
+            if p.lost and not lost_said:
+                lost_said = True
+                say(f"run {run_id}: the run store lost {p.lost:,} finished results (Redis restored from an older "
+                    "snapshot?); they run again by themselves: done holds at "
+                    f"{p.done:,} until they are back, executions count every call")
+            now = (p.stored, p.executed, p.pending_judge)
             if now != last:
                 moved_at, last = time.monotonic(), now
             # every stall_notice_s; once Redis was found full, every second while the run moves again,
             # so the user hears at once that it has room
             moving = time.monotonic() - moved_at < 1.0
             every = 1.0 if diagnosis == "full" and moving else self.settings.stall_notice_s
-            if time.monotonic() - checked_at > every and (p.done < p.total or diagnosis == "full"):
+            if time.monotonic() - checked_at > every and (p.stored < p.total or diagnosis == "full"):
                 checked_at = time.monotonic()
                 diagnosis = self._diagnose(run_id, p, time.monotonic() - moved_at, diagnosis)
-            if p.done >= p.total:
+            if p.stored >= p.total:
                 complete_since = complete_since or time.monotonic()
                 if time.monotonic() - complete_since > stall_s and not self.store.aggregating(run_id):
                     self.kick_aggregate(run_id)
@@ -750,5 +759,5 @@ class CeleryBackend:
             meta = self.store.get_meta(run_id) or {}
             c = self.store.counters(run_id)
             out.append({"run_id": run_id, "spec": (meta.get("spec") or {}).get("name"), "state": meta.get("state"),
-                        "done": c.get("done", 0), "total": meta.get("total"), "started_at": meta.get("started_at")})
+                        "done": max(c.get("done", 0), c.get("done_seen", 0)), "total": meta.get("total"), "started_at": meta.get("started_at")})
         return out

@@ -58,6 +58,7 @@ class FarmSettings:
             visibility_timeout=env_int("EVALFARM_VISIBILITY_TIMEOUT", 900, 1, 7 * 86400),
             visibility_explicit="EVALFARM_VISIBILITY_TIMEOUT" in env,
             stall_notice_s=env_int("EVALFARM_STALL_NOTICE_S", 20, 1, 86400),
+            idle_warning_s=float(env_int("EVALFARM_IDLE_WARNING_S", 30, 1, 86400)),
             connect_timeout_s=float(env_int("EVALFARM_CONNECT_TIMEOUT", 10, 1, 3600)),
             archive=check_archive(env.get("EVALFARM_ARCHIVE") or None),
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import secrets
 import ssl
 import threading
@@ -22,18 +23,21 @@ from redis.retry import Retry
 
 from ...core.report.framing import PROMPTS_OPEN, REPORT_CLOSE
 from ..store import RunStore, cost_meta
+from .leases import holder_id
 from .redis_tls import KEEPALIVE, SOCKET_TIMEOUT_S, split_tls
 
 RUNS_INDEX = "ef:runs"
+TALLY_RESTATE_S = 1.0  # a process states its counter records again this often while it works on a run
+TALLY_IDLE_S = 120.0  # ... until this long after its last record for the run
 PLANNING_TTL_S = 600  # a plan being stored expires this long after its last chunk unless completed
 PLAN_PARTS = ("meta", "state", "items", "order", "prompts")
-DATA_PARTS = ("items", "order", "prompts", "results", "rmeta", "counts", "spend", "pending", "starts", "report:head",
-              "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary", "blob:markdown", "segs",
-              "report:archive")
+DATA_PARTS = ("items", "order", "prompts", "results", "rmeta", "counts", "spend", "tally", "pending", "starts",
+              "report:head", "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary", "blob:markdown",
+              "segs", "report:archive")
 # every key of a run (claims and blobs by name): expire_run touches these and nothing else
-PARTS = ("meta", "state", "items", "order", "prompts", "results", "rmeta", "counts", "spend", "pending", "starts",
-         "report:head", "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary", "blob:markdown",
-         "lock:resume", "segs", "report:archive", "aggregating", "batches")
+PARTS = ("meta", "state", "items", "order", "prompts", "results", "rmeta", "counts", "spend", "tally", "pending",
+         "starts", "report:head", "report:outcomes", "report:prompts", "claim:aggregate", "blob:summary",
+         "blob:markdown", "lock:resume", "segs", "report:archive", "aggregating", "batches")
 
 
 def _k(run_id: str, part: str) -> str:
@@ -47,6 +51,7 @@ for i = 1, #ARGV, 2 do
   local old = redis.call('HGET', KEYS[2], key)
   if redis.call('HDEL', KEYS[1], key) == 1 then
     redis.call('HINCRBY', KEYS[3], 'done', -1)
+    redis.call('HINCRBY', KEYS[3], 'forgotten', 1)  -- asked to run again: not results the store lost
     redis.call('HINCRBY', KEYS[3], 'done:' .. a, -1)
     if old then
       local e, c = string.match(old, "^(%d+)|(-?%d+)$")
@@ -65,11 +70,34 @@ for i = 1, #ARGV, 2 do
 end
 return redis.call('HLEN', KEYS[1])
 """
-_RECORD_LUA = """
--- KEYS: results, rmeta, counts, pending, meta ; ARGV: triples of (key, json, adapter|err|cost)
--- a run whose meta is gone (Redis lost its data) records nothing: -1
+_TALLY_LUA = """
+-- KEYS[6] tally (field holder|x: executions this process recorded; holder|d: the most results it
+-- saw stored, forgotten ones included); ARGV[1..3]: holder, its executions, its high-water.
+-- Each field only goes up: a late or repeated statement is harmless, a restore gets it back.
+local function tally(level)
+  local h = ARGV[1]
+  local x = tonumber(ARGV[2])
+  local d = math.max(tonumber(ARGV[3]), level)
+  if x > tonumber(redis.call('HGET', KEYS[6], h .. '|x') or '0') then redis.call('HSET', KEYS[6], h .. '|x', x) end
+  if d > tonumber(redis.call('HGET', KEYS[6], h .. '|d') or '0') then redis.call('HSET', KEYS[6], h .. '|d', d) end
+  local ttl = redis.call('PTTL', KEYS[5])
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[6], ttl) end
+end
+local function level()
+  return redis.call('HLEN', KEYS[1]) + tonumber(redis.call('HGET', KEYS[3], 'forgotten') or '0')
+end
+"""
+_RESTATE_LUA = _TALLY_LUA + """
+-- KEYS: results, rmeta, counts, pending, meta, tally: state this process's records again
 if redis.call('EXISTS', KEYS[5]) == 0 then return -1 end
-for i = 1, #ARGV, 3 do
+tally(level())
+return 0
+"""
+_RECORD_LUA = _TALLY_LUA + """
+-- KEYS: results, rmeta, counts, pending, meta, tally ; ARGV[4..]: triples of (key, json, adapter|err|cost)
+-- a run whose meta is gone (Redis lost its data) records nothing: -1
+if redis.call('EXISTS', KEYS[5]) == 0 then return {-1, 0} end
+for i = 4, #ARGV, 3 do
   local key, body = ARGV[i], ARGV[i + 1]
   local a, err, cost = string.match(ARGV[i + 2], "^(.*)|(%d+)|(-?%d+)$")
   err = tonumber(err); cost = tonumber(cost)
@@ -95,7 +123,9 @@ for i = 1, #ARGV, 3 do
   redis.call('HSET', KEYS[2], key, err .. '|' .. cost)
   redis.call('HDEL', KEYS[4], key)
 end
-return redis.call('HLEN', KEYS[1])
+local now = level()
+tally(now)
+return {redis.call('HLEN', KEYS[1]), now}
 """
 
 _SEGMENT_LUA = """
@@ -121,6 +151,28 @@ _RELEASE_LUA = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+
+def fold_tally(c: dict[str, int], tally: dict[bytes, bytes]) -> dict[str, int]:
+    """The run's counts with its per-process records folded in: ``executed`` is the sum of the
+    records (every execution, re-runs after a restore included) and ``done_seen`` the most results
+    the store held (forgotten ones left out)."""
+    executed = level = 0
+    for field, value in tally.items():
+        what = field.rsplit(b"|", 1)[-1]
+        try:
+            n = int(value)
+        except ValueError:
+            continue  # an untrusted value: ignored
+        if what == b"x":
+            executed += n
+        elif what == b"d":
+            level = max(level, n)
+    if executed > c.get("executed", 0):
+        c["executed"] = executed
+    if tally or "done" in c:
+        c["done_seen"] = max(c.get("done", 0), level - c.get("forgotten", 0))
+    return c
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -167,6 +219,11 @@ class RedisStore(RunStore):
         self._forget = self.r.register_script(_FORGET_LUA)
         self._refresh = self.r.register_script(_REFRESH_LUA)
         self._release = self.r.register_script(_RELEASE_LUA)
+        self._restate_lua = self.r.register_script(_RESTATE_LUA)
+        self._tally_lock = threading.Lock()
+        self._tally_pid: int | None = None
+        self._holder = ""
+        self._tallies: dict[str, list] = {}
         self._segment = self.r.register_script(_SEGMENT_LUA)
 
     def ping(self) -> None:
@@ -303,13 +360,45 @@ class RedisStore(RunStore):
     def record(self, run_id: str, outcomes: list[dict[str, Any]]) -> int:
         if not outcomes:
             return int(self.r.hlen(_k(run_id, "results")))
-        args: list[str] = []
+        holder, tally = self._tally(run_id)
+        tally[0] += len(outcomes)  # executed, whether or not this write gets through
+        args: list[str] = [holder, str(tally[0]), str(tally[1])]
         for o in outcomes:
             err, cost = cost_meta(o)
             args += [o["key"], json.dumps(o), f"{o['adapter']}|{err}|{cost}"]
-        keys = [_k(run_id, "results"), _k(run_id, "rmeta"), _k(run_id, "counts"), _k(run_id, "pending"),
-                _k(run_id, "meta")]
-        return int(self._record(keys=keys, args=args))
+        finished, level = self._record(keys=self._run_keys(run_id), args=args)
+        tally[1] = max(tally[1], int(level))
+        return int(finished)
+
+    # -- per-process counter records (they survive a restore of Redis from an older snapshot) ------
+    def _run_keys(self, run_id: str) -> list[str]:
+        return [_k(run_id, part) for part in ("results", "rmeta", "counts", "pending", "meta", "tally")]
+
+    def _tally(self, run_id: str) -> tuple[str, list]:
+        """This process's [executions, high-water of results stored, last used] for the run; a forked
+        child starts its own (another holder), and its own re-stating thread."""
+        with self._tally_lock:
+            if self._tally_pid != os.getpid():
+                self._tally_pid, self._holder, self._tallies = os.getpid(), holder_id(), {}
+                threading.Thread(target=self._restate, name="evalfarm-tally", daemon=True).start()
+            tally = self._tallies.setdefault(run_id, [0, 0, 0.0])
+            tally[2] = time.monotonic()
+            return self._holder, tally
+
+    def _restate(self) -> None:
+        """State every recent run's records again each second: a Redis restored from an older snapshot
+        or restarted gets them back even if this process records nothing more for the run."""
+        pid = os.getpid()
+        while pid == self._tally_pid:
+            time.sleep(TALLY_RESTATE_S)
+            with self._tally_lock:
+                recent = [(run_id, t[0], t[1]) for run_id, t in self._tallies.items()
+                          if time.monotonic() - t[2] < TALLY_IDLE_S]
+            for run_id, executed, level in recent:
+                try:
+                    self._restate_lua(keys=self._run_keys(run_id), args=[self._holder, executed, level])
+                except redis.exceptions.RedisError:
+                    continue  # Redis away: the next round states it
 
     # -- an archived run (executors/archive.py): a bit per finished segment, its outcomes on the archive --
     def mark_segment(self, run_id: str, seg: int, executed: int, deltas: dict[str, int]) -> int:
@@ -361,7 +450,13 @@ class RedisStore(RunStore):
         return left
 
     def counters(self, run_id: str) -> dict[str, int]:
-        return {k.decode(): int(v) for k, v in self.r.hgetall(_k(run_id, "counts")).items()}
+        """The run's counts; ``executed`` is the sum of the per-process records and ``done_seen`` the
+        most results the store ever held (their high-water), so neither goes down after a restore."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hgetall(_k(run_id, "counts"))
+        pipe.hgetall(_k(run_id, "tally"))
+        counts, tally = pipe.execute()
+        return fold_tally({k.decode(): int(v) for k, v in counts.items()}, tally)
 
     def note_start(self, run_id: str, key: str) -> int:
         return int(self.r.hincrby(_k(run_id, "starts"), key, 1))
