@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 import redis
@@ -62,6 +63,7 @@ def start_compose(tmp_path, shell_env: dict[str, str]):
         svc = compose["services"][name]
         env = {k: interpolate(v, shell_env).replace("@redis:6379/", f"@127.0.0.1:{port}/")
                for k, v in svc["environment"].items()}
+        env["EVALFARM_ARCHIVE"] = host_path(svc, env["EVALFARM_ARCHIVE"], tmp_path)
         logs[name] = tmp_path / f"{name}.log"
         procs.append(subprocess.Popen([*EVALFARM, *own_metrics_port(svc["command"]), "--loglevel", "INFO"],
                                       env=env_for(None, **env), stdout=open(logs[name], "wb"),
@@ -72,6 +74,16 @@ def start_compose(tmp_path, shell_env: dict[str, str]):
             assert time.time() < deadline, f"{name} not ready: {log.read_text()[-2000:]}"
             time.sleep(0.1)
     return port, procs, logs
+
+
+def host_path(svc: dict, path: str, tmp_path) -> str:
+    """A named volume's mount point in a service, as a directory of this host (one per volume, shared
+    by every service that mounts it, as compose does)."""
+    volumes = {v.split(":")[1]: v.split(":")[0] for v in svc.get("volumes", [])}
+    assert path in volumes, f"{path} is not a volume of this service: {volumes}"
+    host = tmp_path / "volumes" / volumes[path]
+    host.mkdir(parents=True, exist_ok=True)
+    return str(host)
 
 
 def start_flower(tmp_path, port: int, shell_env: dict[str, str]) -> tuple[subprocess.Popen, int]:
@@ -137,8 +149,16 @@ def test_compose_services_run_the_documented_path(tmp_path, password):
             wait_for(lambda: _answers(f"http://127.0.0.1:{web}/healthcheck"), 30, "flower")
         auth = f":{password}@" if password else ""
         spec = EXAMPLES / "smoke.yaml"  # it has a judge block: the judge pool's queue is used as well
-        res = run_cli("run", str(spec), "--broker", f"redis://{auth}localhost:{port}/0", "--no-save", "--json")
+        coordinator = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["coordinator"]
+        archive = host_path(coordinator, interpolate(coordinator["environment"]["EVALFARM_ARCHIVE"], shell_env),
+                            tmp_path)
+        res = run_cli("run", str(spec), "--broker", f"redis://{auth}localhost:{port}/0", "--no-save", "--json",
+                      EVALFARM_ARCHIVE=archive)
         assert res.returncode == 0, res.stderr
+        # the run went through the shared archive volume: its plan and the workers' outcomes are there
+        run_id = json.loads(res.stdout)["run_id"]
+        assert list((Path(archive) / run_id / "plan").glob("*.jsonl")), sorted(Path(archive).rglob("*"))
+        assert list((Path(archive) / run_id / "out").glob("*.jsonl")), sorted(Path(archive).rglob("*"))
         if password:
             assert password not in res.stdout + res.stderr
             # and Redis really wants it
@@ -153,9 +173,11 @@ def test_compose_services_run_the_documented_path(tmp_path, password):
                                "flower to list the workers")
             tasks = wait_for(lambda: (t := flower_api(web, "/api/tasks")) and
                              {x["name"] for x in t.values() if x["state"] == "SUCCESS"} >=
-                             {"evalfarm.run_batch", "evalfarm.judge_batch", "evalfarm.aggregate"} and t, 30,
+                             {"evalfarm.run_batch", "evalfarm.aggregate"} and t, 30,
                              "flower to list the run's tasks")
             assert sorted(workers) and all(x["state"] == "SUCCESS" for x in tasks.values())
+            # an archived run judges inside the batch that called the model (README: the run archive)
+            assert "evalfarm.judge_batch" not in {x["name"] for x in tasks.values()}
     finally:
         codes = stop_all(procs)
     assert codes[:4] == [0, 0, 0, 0], {n: logs[n].read_text()[-1500:] for n in logs}

@@ -134,7 +134,7 @@ def test_compose_schema_rejects_broken_copies():
 def test_every_k8s_manifest_is_valid_against_its_schema():
     docs = load_k8s()
     assert {d["kind"] for d in docs} == {"Namespace", "Secret", "ConfigMap", "Service", "StatefulSet", "Deployment",
-                                         "ScaledObject", "TriggerAuthentication"}
+                                         "ScaledObject", "TriggerAuthentication", "PersistentVolumeClaim"}
     problems = {f"{d['kind']}/{d['metadata']['name']}": k8s_errors(d) for d in docs}
     assert {k: v for k, v in problems.items() if v} == {}
 
@@ -351,7 +351,7 @@ def test_redis_is_durable_and_every_url_uses_the_secret_password():
 
 def test_compose_has_flower_and_a_dashboard_slot_behind_a_profile():
     services = load_compose()["services"]
-    assert set(services) == {"redis", "flower", "dashboard", *POOL_NAMES}
+    assert set(services) == {"redis", "flower", "dashboard", "coordinator", *POOL_NAMES}
     assert services["flower"]["image"].startswith("mher/flower:")
     # Flower 2's API answers 401 to everyone unless this is set (or basic auth is configured)
     assert services["flower"]["environment"]["FLOWER_UNAUTHENTICATED_API"] == "true"
@@ -361,6 +361,101 @@ def test_compose_has_flower_and_a_dashboard_slot_behind_a_profile():
     assert "EVALFARM_SERVE_TOKEN" in services["dashboard"]["environment"]  # 0.0.0.0 needs a token
     for name in POOL_NAMES:
         assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
+
+
+# -- the run archive (EVALFARM_ARCHIVE) -------------------------------------------------------------
+
+def compose_archive_mounts(svc: dict) -> dict[str, str]:
+    """A compose service's named-volume mounts, target -> volume (short syntax)."""
+    return {v.split(":")[1]: v.split(":")[0] for v in svc.get("volumes", []) if not v.startswith((".", "/"))}
+
+
+def compose_archive_problems(compose: dict) -> list[str]:
+    """Every worker, the coordinator and the dashboard: EVALFARM_ARCHIVE (as compose interpolates it unset)
+    is the mount point of one and the same named volume, declared at the top level."""
+    services, problems, volumes = compose["services"], [], set()
+    for name in (*POOL_NAMES, "coordinator", "dashboard"):
+        svc = services.get(name)
+        if svc is None:
+            problems.append(f"{name}: no such service")
+            continue
+        path = interpolate(svc.get("environment", {}).get("EVALFARM_ARCHIVE", ""))
+        mounts = compose_archive_mounts(svc)
+        if not path.startswith("/") or path not in mounts:
+            problems.append(f"{name}: EVALFARM_ARCHIVE {path!r} is not a volume mount ({mounts})")
+            continue
+        volumes.add((path, mounts[path]))
+    if len(volumes) != 1:
+        problems.append(f"archive mounts differ: {sorted(volumes)}")
+    problems += [f"volume {v} is not declared" for _, v in volumes if v not in (compose.get("volumes") or {})]
+    return problems
+
+
+def k8s_archive_problems(docs: list[dict], extra_pods: dict[str, dict]) -> list[str]:
+    """Every pool Deployment and the coordinator Job: EVALFARM_ARCHIVE from the shared ConfigMap is the
+    mount path of the ReadWriteMany claim declared beside them."""
+    config = by_kind(docs, "ConfigMap")["evalfarm-config"]["data"]
+    path = config.get("EVALFARM_ARCHIVE", "")
+    claims = by_kind(docs, "PersistentVolumeClaim")
+    problems = [] if path.startswith("/") else [f"ConfigMap: EVALFARM_ARCHIVE {path!r} is not an absolute path"]
+    pods = {n: d["spec"]["template"]["spec"] for n, d in by_kind(docs, "Deployment").items()}
+    pods.update({n: d["spec"]["template"]["spec"] for n, d in extra_pods.items()})
+    for name in [f"evalfarm-{p}" for p in POOL_NAMES] + list(extra_pods):
+        pod = pods.get(name)
+        if pod is None:
+            problems.append(f"{name}: missing")
+            continue
+        container = pod["containers"][0]
+        if not any(e.get("configMapRef", {}).get("name") == "evalfarm-config" for e in container.get("envFrom", [])):
+            problems.append(f"{name}: does not take evalfarm-config")
+        mounted = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+        volume = {v["name"]: v for v in pod.get("volumes", [])}.get(mounted.get(path, ""), {})
+        claim = volume.get("persistentVolumeClaim", {}).get("claimName")
+        if claim not in claims:
+            problems.append(f"{name}: {path} is not a mounted claim declared in deploy/ ({claim})")
+        elif "ReadWriteMany" not in claims[claim]["spec"]["accessModes"]:
+            problems.append(f"{claim}: not ReadWriteMany (pods on several nodes write the archive)")
+    return problems
+
+
+def coordinator_job() -> dict[str, dict]:
+    job = yaml.safe_load((DEPLOY / "coordinator-job.yaml").read_text())
+    return {"evalfarm-coordinator": job}
+
+
+def test_the_run_archive_is_one_shared_volume_at_one_path_everywhere():
+    assert compose_archive_problems(load_compose()) == []
+    docs = load_k8s()
+    assert k8s_archive_problems(docs, coordinator_job()) == []
+    job = coordinator_job()["evalfarm-coordinator"]
+    assert k8s_errors(job) == []
+    # the image owns the mount point, so a fresh named volume is writable by the non-root user
+    owned = [a for k, a in dockerfile_instructions() if k == "RUN" and "chown 10001:10001" in a]
+    assert owned and "/archive" in owned[0]
+
+
+def test_the_archive_check_catches_drift():
+    compose = load_compose()
+    broken = copy.deepcopy(compose)
+    broken["services"]["judge"]["volumes"] = []
+    assert any(p.startswith("judge:") for p in compose_archive_problems(broken))
+    broken = copy.deepcopy(compose)
+    broken["services"]["coordinator"]["volumes"] = ["other:/archive"]
+    assert any("differ" in p for p in compose_archive_problems(broken))
+    broken = copy.deepcopy(compose)
+    del broken["services"]["spawn"]["environment"]["EVALFARM_ARCHIVE"]
+    assert compose_archive_problems(broken)
+    docs = copy.deepcopy(load_k8s())
+    by_kind(docs, "Deployment")["evalfarm-aggregate"]["spec"]["template"]["spec"]["volumes"].pop()
+    assert any("evalfarm-aggregate" in p for p in k8s_archive_problems(docs, coordinator_job()))
+    docs = copy.deepcopy(load_k8s())
+    by_kind(docs, "PersistentVolumeClaim")["evalfarm-archive"]["spec"]["accessModes"] = ["ReadWriteOnce"]
+    assert any("ReadWriteMany" in p for p in k8s_archive_problems(docs, coordinator_job()))
+    job = coordinator_job()
+    job["evalfarm-coordinator"]["spec"]["template"]["spec"]["containers"][0]["volumeMounts"].pop()
+    assert k8s_archive_problems(load_k8s(), job) == []  # the spec mount: not the archive
+    job["evalfarm-coordinator"]["spec"]["template"]["spec"]["containers"][0]["volumeMounts"].pop()
+    assert any("coordinator" in p for p in k8s_archive_problems(load_k8s(), job))
 
 
 # -- the worker image -------------------------------------------------------------------------------
