@@ -4,7 +4,11 @@ and N with `isolation: sandbox`, alternating; per agent the median task wall tim
 diff, check, removal) and the agent's own wall, each way; and the tokens the agent reported against the
 tokens the relay counted on the wire. Target: the sandbox adds under 50 ms per task.
 
-    python bench/sandbox_cost.py [--tasks 5] [--agents claude,codex,gemini,opencode,aider]
+    python bench/sandbox_cost.py [--tasks 5] [--agents command,claude,codex,gemini,opencode,aider]
+
+``command`` makes the same edit with sed (no agent runtime, no model call): the sandbox's own cost per
+task (jail, relay, private .git, limits) without an agent's own run-to-run noise, which on these machines
+is larger than the target.
 """
 from __future__ import annotations
 
@@ -72,8 +76,14 @@ def main() -> int:
         prompt = PromptSpec(id="greeting", text="Change the greeting in hello.py to hello, world",
                             check="python3 hello.py | grep -qx 'hello, world'")
         for agent in opts.agents.split(","):
-            entry = AdapterSpec.model_validate({"id": agent, "provider": "agent", "agent": agent,
-                                                "model": MODELS[agent], "base_url": url})
+            if agent == "command":  # the jail's own cost: the same edit by sed, no agent runtime, no model call
+                entry = AdapterSpec.model_validate({
+                    "id": agent, "provider": "agent", "agent": "command", "model": "none", "base_url": url,
+                    "api_key_env": "OPENAI_API_KEY",
+                    "template": "/bin/sed -i 's/hello/hello, world/' hello.py"})
+            else:
+                entry = AdapterSpec.model_validate({"id": agent, "provider": "agent", "agent": agent,
+                                                    "model": MODELS[agent], "base_url": url})
             rows: dict[str, list] = {"none": [], "sandbox": []}
             for i in range(opts.tasks + 1):  # the first pair warms caches and is dropped
                 for isolation in ("none", "sandbox"):
@@ -89,14 +99,14 @@ def main() -> int:
                         rows[isolation].append((wall, info["wall_s"], done.input_tokens, done.output_tokens,
                                                 info.get("relay")))
             med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in rows.items()}
-            relay = rows["sandbox"][-1][4]
+            relay = rows["sandbox"][-1][4] or {}
             out[agent] = {
                 "tasks_each": opts.tasks,
                 "task_wall_ms": {k: round(v[0] * 1000, 1) for k, v in med.items()},
                 "agent_wall_ms": {k: round(v[1] * 1000, 1) for k, v in med.items()},
                 "sandbox_cost_ms_per_task": round((med["sandbox"][0] - med["none"][0]) * 1000, 1),
                 "tokens_self_reported": [rows["sandbox"][-1][2], rows["sandbox"][-1][3]],
-                "tokens_relay_counted": [relay["input_tokens"], relay["output_tokens"]],
+                "tokens_relay_counted": [relay.get("input_tokens"), relay.get("output_tokens")],
             }
             print(agent, json.dumps(out[agent]), file=sys.stderr, flush=True)  # a later agent's failure keeps this
     finally:
