@@ -41,7 +41,7 @@ class GeminiDriver(Driver):
         return Invocation(argv, env, files)
 
     def parse(self, stdout: str, invocation: Invocation) -> AgentUsage:
-        report = _last_object(stdout)
+        report = last_object(stdout)
         stats = report.get("stats")
         error = report.get("error")
         if not isinstance(stats, dict) and not error:
@@ -65,7 +65,7 @@ class GeminiDriver(Driver):
                           models=tuple(models))
 
 
-def _last_object(stdout: str) -> dict[str, Any]:
+def last_object(stdout: str) -> dict[str, Any]:
     """The JSON report; a line of noise before it (a warning on stdout) is tolerated."""
     text = stdout.strip()
     for start in [0, *(i + 1 for i, ch in enumerate(text) if ch == "\n" and text[i + 1:i + 2] == "{")]:

@@ -33,6 +33,8 @@ from typing import Any, Callable, Iterable
 
 from ..redact import redact
 from .base import json_objects
+from .errors import AgentOutputError
+from .gemini import last_object
 
 SCHEMA = "evalfarm.trajectory/1"
 TOOL_RESULT_MAX = 4000  # characters of a tool result kept; the rest is cut, and the cut said
@@ -334,15 +336,11 @@ def _int(v: Any) -> int:
 
 
 def _gemini_report(stdout: str) -> dict[str, Any]:
-    text = stdout.strip()
-    for start in [0, *(i + 1 for i, ch in enumerate(text) if ch == "\n" and text[i + 1:i + 2] == "{")]:
-        try:
-            value = json.loads(text[start:])
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return {}
+    """The driver's reader of Gemini CLI's JSON report; no report is no steps here, not an error."""
+    try:
+        return last_object(stdout)
+    except AgentOutputError:
+        return {}
 
 
 PARSERS: dict[str, Callable[[list[dict[str, Any]], _Steps], dict[str, Any]]] = {

@@ -7,11 +7,11 @@ from a URL or a file ever reaches the filesystem unchecked.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from typing import Any
 
+from ..core.report.index import cut_text
 from ..names import is_run_id
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -70,18 +70,7 @@ def flag(value: Any) -> bool | None:
 
 def text(value: Any, limit: int | None = None) -> str:
     """Any value as display text (a dict or list as JSON); ``limit`` caps the length."""
-    if value is None:
-        out = ""
-    elif isinstance(value, str):
-        out = value
-    else:
-        try:
-            out = json.dumps(value, ensure_ascii=False, default=str)
-        except (TypeError, ValueError):
-            out = repr(value)
-    if limit is not None and len(out) > limit:
-        out = out[:limit]
-    return out
+    return cut_text(value, limit)
 
 
 def opt_text(value: Any, limit: int | None = None) -> str | None:

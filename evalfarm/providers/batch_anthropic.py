@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from .batch_http import BatchHTTP, jsonl
-from .batch_wire import BatchLimits, BatchState, LineResult, dumps_line
+from .batch_wire import BatchLimits, BatchState, LineResult, dumps_line, list_pages
 
 MAX_REQUESTS, MAX_BYTES = 100_000, 256 * 1024 * 1024
 
@@ -38,8 +38,7 @@ class AnthropicBatches:
         return BatchState(str(data.get("id")), ended, word, counts, None, data)
 
     async def submit(self, lines: list[bytes], metadata: dict[str, str]) -> BatchState:
-        body = b'{"requests":[' + b",".join(line.rstrip(b"\n") for line in lines) + b"]}"
-        created = await self.http.request("POST", self.base, json_body=json.loads(body))
+        created = await self.http.request("POST", self.base, json_body={"requests": [json.loads(x) for x in lines]})
         return self.state(created)
 
     async def get(self, batch_id: str) -> BatchState:
@@ -49,15 +48,7 @@ class AnthropicBatches:
         return self.state(await self.http.request("POST", f"{self.base}/{batch_id}/cancel"))
 
     async def list(self, limit: int = 100) -> list[BatchState]:
-        out: list[BatchState] = []
-        after = None
-        while len(out) < limit:
-            page = await self.http.request("GET", f"{self.base}?limit=100" + (f"&after_id={after}" if after else ""))
-            out += [self.state(b) for b in page.get("data") or [] if isinstance(b, dict)]
-            if not page.get("has_more") or not page.get("last_id"):
-                break
-            after = page["last_id"]
-        return out[:limit]
+        return await list_pages(lambda after: self.http.request("GET", f"{self.base}?limit=100" + (f"&after_id={after}" if after else "")), self.state, limit)
 
     async def results(self, state: BatchState) -> dict[str, LineResult]:
         url = f"{self.base}/{state.id}/results"  # never the answer's results_url: the key goes only where the spec says

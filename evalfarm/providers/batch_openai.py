@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from .batch_http import BatchHTTP, jsonl
-from .batch_wire import BatchLimits, BatchState, LineResult, dumps_line
+from .batch_wire import BatchLimits, BatchState, LineResult, dumps_line, list_pages
 
 MAX_REQUESTS, MAX_BYTES = 50_000, 200 * 1024 * 1024
 ENDED = ("completed", "failed", "expired", "cancelled")
@@ -50,16 +50,7 @@ class OpenAIBatches:
         return self.state(await self.http.request("POST", f"{self.base}/batches/{batch_id}/cancel"))
 
     async def list(self, limit: int = 100) -> list[BatchState]:
-        out: list[BatchState] = []
-        after = None
-        while len(out) < limit:
-            url = f"{self.base}/batches?limit=100" + (f"&after={after}" if after else "")
-            page = await self.http.request("GET", url)
-            out += [self.state(b) for b in page.get("data") or [] if isinstance(b, dict)]
-            if not page.get("has_more") or not page.get("last_id"):
-                break
-            after = page["last_id"]
-        return out[:limit]
+        return await list_pages(lambda after: self.http.request("GET", f"{self.base}/batches?limit=100" + (f"&after={after}" if after else "")), self.state, limit)
 
     async def results(self, state: BatchState) -> dict[str, LineResult]:
         out: dict[str, LineResult] = {}

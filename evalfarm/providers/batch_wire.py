@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 from ..envvars import env_float, env_int
 
@@ -67,3 +67,18 @@ class BatchClient(Protocol):
 
 def dumps_line(obj: dict[str, Any]) -> bytes:
     return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+
+
+async def list_pages(fetch: Callable[[str | None], Awaitable[dict[str, Any]]],
+                     state: Callable[[dict[str, Any]], BatchState], limit: int) -> list[BatchState]:
+    """Both APIs page their batch list alike (``data``, ``has_more``, ``last_id``); ``fetch(after)`` asks
+    for the page after that id (None: the first) in its API's own words."""
+    out: list[BatchState] = []
+    after = None
+    while len(out) < limit:
+        page = await fetch(after)
+        out += [state(b) for b in page.get("data") or [] if isinstance(b, dict)]
+        if not page.get("has_more") or not page.get("last_id"):
+            break
+        after = page["last_id"]
+    return out[:limit]

@@ -50,8 +50,8 @@ def histogram(values: list[float], bins: int = HIST_BINS) -> dict[str, Any]:
     return {"edges": [lo + i * width for i in range(bins + 1)], "counts": counts, "n": len(values)}
 
 
-def cut_text(value: Any, limit: int) -> str:
-    """A name as the pages show it (a non-string as JSON), at most ``limit`` characters."""
+def cut_text(value: Any, limit: int | None) -> str:
+    """A name as the pages show it (a non-string as JSON), at most ``limit`` characters (None: whole)."""
     if value is None:
         out = ""
     elif isinstance(value, str):
