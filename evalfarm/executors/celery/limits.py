@@ -68,6 +68,7 @@ class RedisLimiter:
         self._paused_until = 0.0
         self._last_call = 0.0
         self._pollers: dict[int, asyncio.Task] = {}  # per event loop
+        self._first_read: dict[int, asyncio.Future] = {}  # per event loop: done at the reader's first answer
 
     def _redis(self):
         return async_client(self.url)
@@ -81,7 +82,15 @@ class RedisLimiter:
         loop = asyncio.get_running_loop()
         task = self._pollers.get(id(loop))
         if task is None or task.done():
+            self._first_read[id(loop)] = loop.create_future()
             self._pollers[id(loop)] = loop.create_task(self._poll_pause())
+
+    async def _read_once(self) -> None:
+        """A (re)started reader's first answer: a batch that starts while the fleet is paused must not
+        send before this worker has read the pause (one Redis round trip per start, not per call)."""
+        first = self._first_read.get(id(asyncio.get_running_loop()))
+        if first is not None and not first.done():
+            await asyncio.wait([first], timeout=POLL_TIMEOUT_S)
 
     async def _poll_pause(self) -> None:
         failing = False
@@ -90,15 +99,22 @@ class RedisLimiter:
                 ms = await asyncio.wait_for(self._redis().pttl(self.keys[0]), POLL_TIMEOUT_S)
                 if ms and ms > 0:
                     self._paused_until = max(self._paused_until, time.monotonic() + ms / 1000)
+                self._answered()
                 if failing:
                     failing = False
                     log.warning("fleet_pause_readable_again", endpoint=self.eid)
             except (redis.exceptions.RedisError, OSError, asyncio.TimeoutError) as exc:
+                self._answered()  # unreadable: calls go on with this worker's own pause state
                 if not failing:
                     failing = True
                     log.warning("fleet_pause_unreadable", endpoint=self.eid, error=f"{type(exc).__name__}: {exc}",
                                 effect="calls go on with this worker's own 429 pauses until Redis answers again")
             await asyncio.sleep(POLL_S)
+
+    def _answered(self) -> None:
+        first = self._first_read.get(id(asyncio.get_running_loop()))
+        if first is not None and not first.done():
+            first.set_result(None)
 
     async def _wait_pause(self) -> None:
         wait = self._paused_until - time.monotonic()
@@ -109,6 +125,7 @@ class RedisLimiter:
     async def slot(self) -> AsyncIterator[None]:
         async with self.local.slot():
             self._watch_pause()
+            await self._read_once()
             await self._wait_pause()
             if not self.enforced:
                 yield
