@@ -155,10 +155,9 @@ _UNREAD: Any = object()
 def check_head(audit_dir: Path, key: bytes, good: list[dict[str, Any]],
                raw: bytes | None | OSError = _UNREAD) -> Broken | None:
     """Does an intact chain of ``good`` entries end where ``chain.head`` says it does? ``raw``: the
-    head as read *before* the chain by a reader without the lock (an append writes its entry, then
-    the head: a head read after the chain could be one entry ahead of it)."""
+    head as the caller already read it under the chain's lock (else it is read here)."""
     path = Path(audit_dir) / HEAD
-    if raw is _UNREAD:  # under the chain's lock: nothing moves
+    if raw is _UNREAD:  # the caller holds the chain's lock: nothing moves
         raw = _read_head(audit_dir)
     if raw is None:
         if not good:
@@ -193,16 +192,25 @@ def verify(audit_dir: Path) -> tuple[list[dict[str, Any]], Broken | None]:
     """The intact entries, and the first problem: a broken entry, or a chain that does not end
     where its head says (cut short, emptied, or the head removed)."""
     path = Path(audit_dir) / CHAIN
-    head = _read_head(audit_dir)  # first: the chain read next is at least as long as this head says
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        if head is not None:
-            raw = b""  # the chain was deleted: its head still says how many entries there were
-        else:
+        head = _read_head(audit_dir)
+        if head is None:
             raise AuditError(f"no audit chain at {path}") from None
+        raw = b""  # the chain was deleted: its head still says how many entries there were
     except OSError as exc:
         raise AuditError(f"cannot read {path}: {_why(exc)}") from None
+    else:
+        # A shared lock: an append (exclusive lock) writes its entry, then the head; read without
+        # it, a reader can meet half a line or a head one entry ahead of the chain.
+        try:
+            with os.fdopen(fd, "rb") as fh:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
+                head = _read_head(audit_dir)
+                raw = fh.read()
+        except OSError as exc:
+            raise AuditError(f"cannot read {path}: {_why(exc)}") from None
     key = read_key(audit_dir)
     good, broken = check(raw, key)
     return good, broken or check_head(audit_dir, key, good, head)
