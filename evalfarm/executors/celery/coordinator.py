@@ -14,6 +14,7 @@ import sys
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from itertools import chain, islice
 from typing import Any, Iterable, Iterator
 
@@ -358,7 +359,24 @@ class CeleryBackend:
         meta = self._meta.get(run_id)
         if meta is None:
             meta = self._meta[run_id] = self.meta(run_id)
+        self._settle([meta])
         return progress_of(self.store, run_id, meta)
+
+    def _settle(self, metas: list[dict[str, Any]]) -> None:
+        """A Redis that restarted after these runs began has not yet heard the workers state their
+        counter records again: wait for that (at most a few seconds) rather than show counts that
+        went backwards."""
+        started = []
+        for meta in metas:
+            try:
+                when = datetime.fromisoformat(meta["started_at"])
+            except (KeyError, ValueError, TypeError):
+                continue
+            if when.tzinfo is not None:  # an untrusted value: a naive time cannot be compared
+                started.append(when)
+        settle = self.store.records_settle_s(min(started)) if started else 0.0
+        if settle > 0:
+            time.sleep(settle)
 
     def wait(self, run_id: str, on_progress: ProgressFn | None = None, timeout_s: float | None = None,
              poll_s: float = 0.1, stall_s: float = 10.0) -> None:
@@ -403,11 +421,12 @@ class CeleryBackend:
                     print(f"evalfarm: warning: no item of run {run_id} has finished after "
                           f"{self.settings.idle_warning_s:.0f} s: is a worker consuming the provider queue? "
                           "(evalfarm worker --broker ...)", file=sys.stderr, flush=True)
-            if p.lost and not lost_said:
+            if p.lost_seen and not lost_said:
                 lost_said = True
-                say(f"run {run_id}: the run store lost {p.lost:,} finished results (Redis restored from an older "
-                    "snapshot?); they run again by themselves: done holds at "
-                    f"{p.done:,} until they are back, executions count every call")
+                say(f"run {run_id}: the run store lost {p.lost_seen:,} finished results (Redis restored from an "
+                    "older snapshot?); they run again by themselves" + (
+                        f": done holds at {p.done:,} until they are back" if p.lost else ": they are back") +
+                    ", executions count every call")
             now = (p.stored, p.executed, p.pending_judge)
             if now != last:
                 moved_at, last = time.monotonic(), now
@@ -758,8 +777,9 @@ class CeleryBackend:
 
     def runs(self, limit: int = 20) -> list[dict[str, Any]]:
         out = []
-        for run_id in self.store.runs()[:limit]:
-            meta = self.store.get_meta(run_id) or {}
+        metas = {run_id: self.store.get_meta(run_id) or {} for run_id in self.store.runs()[:limit]}
+        self._settle(list(metas.values()))
+        for run_id, meta in metas.items():
             c = self.store.counters(run_id)
             out.append({"run_id": run_id, "spec": (meta.get("spec") or {}).get("name"), "state": meta.get("state"),
                         "done": max(c.get("done", 0), c.get("done_seen", 0)), "total": meta.get("total"), "started_at": meta.get("started_at")})

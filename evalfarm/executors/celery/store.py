@@ -15,6 +15,7 @@ import secrets
 import ssl
 import threading
 import time
+from datetime import datetime, timezone
 from typing import Any, Iterator
 
 import redis
@@ -29,6 +30,7 @@ from .redis_tls import KEEPALIVE, SOCKET_TIMEOUT_S, split_tls
 RUNS_INDEX = "ef:runs"
 TALLY_RESTATE_S = 1.0  # a process states its counter records again this often while it works on a run
 TALLY_IDLE_S = 120.0  # ... until this long after its last record for the run
+TALLY_SETTLE_S = 3 * TALLY_RESTATE_S  # a Redis younger than its run has had every live record stated again after this
 PLANNING_TTL_S = 600  # a plan being stored expires this long after its last chunk unless completed
 PLAN_PARTS = ("meta", "state", "items", "order", "prompts")
 DATA_PARTS = ("items", "order", "prompts", "results", "rmeta", "counts", "spend", "tally", "pending", "starts",
@@ -72,14 +74,17 @@ return redis.call('HLEN', KEYS[1])
 """
 _TALLY_LUA = """
 -- KEYS[6] tally (field holder|x: executions this process recorded; holder|d: the most results it
--- saw stored, forgotten ones included); ARGV[1..3]: holder, its executions, its high-water.
+-- saw stored, forgotten ones included; holder|l: the most it found the store had lost since);
+-- ARGV[1..3]: holder, its executions, its high-water.
 -- Each field only goes up: a late or repeated statement is harmless, a restore gets it back.
 local function tally(level)
   local h = ARGV[1]
   local x = tonumber(ARGV[2])
   local d = math.max(tonumber(ARGV[3]), level)
+  local l = tonumber(ARGV[3]) - level
   if x > tonumber(redis.call('HGET', KEYS[6], h .. '|x') or '0') then redis.call('HSET', KEYS[6], h .. '|x', x) end
   if d > tonumber(redis.call('HGET', KEYS[6], h .. '|d') or '0') then redis.call('HSET', KEYS[6], h .. '|d', d) end
+  if l > tonumber(redis.call('HGET', KEYS[6], h .. '|l') or '0') then redis.call('HSET', KEYS[6], h .. '|l', l) end
   local ttl = redis.call('PTTL', KEYS[5])
   if ttl > 0 then redis.call('PEXPIRE', KEYS[6], ttl) end
 end
@@ -155,9 +160,10 @@ return 0
 
 def fold_tally(c: dict[str, int], tally: dict[bytes, bytes]) -> dict[str, int]:
     """The run's counts with its per-process records folded in: ``executed`` is the sum of the
-    records (every execution, re-runs after a restore included) and ``done_seen`` the most results
-    the store held (forgotten ones left out)."""
-    executed = level = 0
+    records (every execution, re-runs after a restore included), ``done_seen`` the most results
+    the store held (forgotten ones left out) and ``lost_seen`` the most results a process found the
+    store had lost (it stays after they ran again, so a reader that came late still hears of it)."""
+    executed = level = lost = 0
     for field, value in tally.items():
         what = field.rsplit(b"|", 1)[-1]
         try:
@@ -168,10 +174,14 @@ def fold_tally(c: dict[str, int], tally: dict[bytes, bytes]) -> dict[str, int]:
             executed += n
         elif what == b"d":
             level = max(level, n)
+        elif what == b"l":
+            lost = max(lost, n)
     if executed > c.get("executed", 0):
         c["executed"] = executed
     if tally or "done" in c:
         c["done_seen"] = max(c.get("done", 0), level - c.get("forgotten", 0))
+    if lost > 0:
+        c["lost_seen"] = lost  # results a process found gone from the store (a restore): they ran again
     return c
 
 
@@ -457,6 +467,17 @@ class RedisStore(RunStore):
         pipe.hgetall(_k(run_id, "tally"))
         counts, tally = pipe.execute()
         return fold_tally({k.decode(): int(v) for k, v in counts.items()}, tally)
+
+    def records_settle_s(self, started_at: datetime | None) -> float:
+        """How long a reader should wait before it trusts the counter records: a Redis that started
+        after the run did (a restart, a restore from an older snapshot) less than TALLY_SETTLE_S ago
+        has not heard the workers state their records again, so its counts can read lower than a
+        user already saw. 0 for a Redis older than that, or as young as the run (a fresh one)."""
+        up = float(self.r.info("server").get("uptime_in_seconds", TALLY_SETTLE_S))
+        if up >= TALLY_SETTLE_S or started_at is None:
+            return 0.0
+        age = (datetime.now(timezone.utc) - started_at).total_seconds()
+        return TALLY_SETTLE_S - up if age > up + 1.0 else 0.0  # uptime is whole seconds
 
     def note_start(self, run_id: str, key: str) -> int:
         return int(self.r.hincrby(_k(run_id, "starts"), key, 1))
