@@ -131,6 +131,16 @@ def context_for(store: RunStore, run_id: str, store_url: str | None, blob_dir: s
     return ctx
 
 
+def _live_context(store, run_id: str, store_url: str | None, blob_dir: str | None):
+    """The run's context for a batch, or None when there is nothing to do: the run is unknown to this
+    store (logged) or cancelled."""
+    ctx = context_for(store, run_id, store_url, blob_dir)
+    if ctx is None:
+        log.warning("batch_for_unknown_run", run_id=run_id)
+        return None
+    return None if _cancelled(store, run_id) else ctx
+
+
 def _cancelled(store: RunStore, run_id: str) -> bool:
     """Cancelled, or stopped (failed: e.g. its spend records were lost): a batch is dropped, and
     ``resume`` dispatches its items again."""
@@ -284,11 +294,8 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     (``resume`` runs them again) and their start is not counted as a dead worker's. ``hand_on`` (spawn
     tasks) sees each called item's outcome first: True means it was sent to another attempt (an infra
     failure retried on the queue), so it is not recorded."""
-    ctx = context_for(store, run_id, store_url, blob_dir)
+    ctx = _live_context(store, run_id, store_url, blob_dir)
     if ctx is None:
-        log.warning("batch_for_unknown_run", run_id=run_id)
-        return 0
-    if _cancelled(store, run_id):
         return 0
     done = store.done_keys(run_id, keys)
     open_keys = [k for k in keys if k not in done]
@@ -406,11 +413,8 @@ def _execute_segment(store, run_id: str, seg: int, max_in_flight: int, enqueue_a
     redelivered batch, a resume after Redis lost its data). Returns how many items were called."""
     from ..archive import RunArchive
 
-    ctx = context_for(store, run_id, store_url, blob_dir)
+    ctx = _live_context(store, run_id, store_url, blob_dir)
     if ctx is None:
-        log.warning("batch_for_unknown_run", run_id=run_id)
-        return 0
-    if _cancelled(store, run_id):
         return 0
     run = RunArchive.of(ctx.meta["archive"], run_id)
     if store.segment_done(run_id, seg):
