@@ -473,7 +473,10 @@ class RedisStore(RunStore):
         after the run did (a restart, a restore from an older snapshot) less than TALLY_SETTLE_S ago
         has not heard the workers state their records again, so its counts can read lower than a
         user already saw. 0 for a Redis older than that, or as young as the run (a fresh one)."""
-        up = float(self.r.info("server").get("uptime_in_seconds", TALLY_SETTLE_S))
+        try:
+            up = float(self.r.info("server").get("uptime_in_seconds", TALLY_SETTLE_S))
+        except (redis.exceptions.ResponseError, TypeError, ValueError):  # INFO renamed or disabled (managed Redis)
+            return 0.0
         if up >= TALLY_SETTLE_S or started_at is None:
             return 0.0
         age = (datetime.now(timezone.utc) - started_at).total_seconds()
