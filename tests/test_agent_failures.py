@@ -198,3 +198,27 @@ def test_budget_stopped_agent_items_are_a_failure_class_of_the_report(tmp_path):
     fig = report["per_adapter"]["fake"]
     assert fig["failure_classes"] == {"passed": 1, "budget_stopped": 1}
     assert fig["coverage_line"] == "pass rate 100% over 1 of 2 tasks; 1 stopped by the budget"
+
+
+def test_a_failing_workspace_setup_is_infra_failed_retried_and_unmeasured(tmp_path):
+    """The task's `setup` fails (exit 3) before the agent runs: the host's fault, not the agent's:
+    infra_failed, run 1 + 2 times, out of the pass rate's denominator with the setup's reason."""
+    from providers_fixture import MockProviderProc
+
+    server = MockProviderProc()
+    try:
+        repo = make_repo(tmp_path / "repo")
+        adapter = {"id": "fake", "provider": "agent", "agent": "command", "template": AGENT, "model": "fake-1",
+                   "base_url": server.url}
+        spec = write_spec(tmp_path / "setup.yaml", repo, [{"id": "ok", "text": EDIT, "check": CHECK,
+                                                           "setup": "echo preparing; exit 3"}], adapters=[adapter])
+        report = report_of(run_cli("run", str(spec), "--json", "--no-save", cwd=tmp_path, timeout=120,
+                                   **spawn_env(tmp_path)))
+        requests = server.stats()["requests"]
+    finally:
+        server.stop()
+    [o] = report["outcomes"]
+    assert o["failure_class"] == "infra_failed" and o["passed"] is None, o
+    assert (o.get("agent") or {}).get("attempts") == 3, o.get("agent")
+    assert "setup" in o["error"]["message"], o["error"]
+    assert requests == 0  # the agent never ran, so it never called the model
