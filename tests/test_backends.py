@@ -11,8 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
-from conftest import EVALFARM, env_for, run_cli
+from conftest import EVALFARM, env_for, run_cli, wait_for
 
 
 def suite(tmp: Path, url: str, n: int, *, prompt: str | None = None) -> Path:
@@ -82,7 +83,13 @@ def test_ctrl_c_on_a_farm_run_says_it_goes_on(tmp_path, redis_server, start_work
     proc = subprocess.Popen([*EVALFARM, "run", str(tmp_path / "s.yaml"), "--no-save", "--batch-size", "2"],
                             env=env_for(redis_server.url, EVALFARM_PLUGINS="ef_test_adapters"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)
+    r = redis.Redis.from_url(redis_server.url)
+
+    def waiting() -> bool:  # every batch sent: the command is waiting on the farm (a Ctrl-C while it is still
+        # dispatching says so instead, and a fixed sleep met that under CI's load)
+        return any(r.get(f"ef:run:{rid.decode()}:state") == b"running" for rid in r.zrange("ef:runs", 0, -1))
+
+    wait_for(waiting, 30, "the run dispatched and waited on")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 130, err
