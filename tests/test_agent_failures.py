@@ -200,7 +200,7 @@ def test_budget_stopped_agent_items_are_a_failure_class_of_the_report(tmp_path):
     assert fig["coverage_line"] == "pass rate 100% over 1 of 2 tasks; 1 stopped by the budget"
 
 
-def test_a_failing_workspace_setup_is_infra_failed_retried_and_unmeasured(tmp_path):
+def test_a_failing_task_setup_is_infra_failed_retried_and_unmeasured(tmp_path):
     """The task's `setup` fails (exit 3) before the agent runs: the host's fault, not the agent's:
     infra_failed, run 1 + 2 times, out of the pass rate's denominator with the setup's reason."""
     from providers_fixture import MockProviderProc
