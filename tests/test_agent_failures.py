@@ -32,6 +32,12 @@ TASKS = [  # id, prompt, check, timeout_s -> class, retried, in the denominator
 ]
 
 
+
+def fake_agent(url: str) -> dict:
+    """The `command:` agent of these tests (tests/agent_failclass.py), against the mock at ``url``."""
+    return {"id": "fake", "provider": "agent", "agent": "command", "template": AGENT, "model": "fake-1",
+            "base_url": url}
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, ):
     from providers_fixture import MockProviderProc
@@ -41,8 +47,7 @@ def run(tmp_path_factory, ):
     try:
         repo = make_repo(tmp / "repo")
         prompts = [{"id": i, "text": t, "check": c, **({"timeout_s": s} if s else {})} for i, t, c, s, *_ in TASKS]
-        adapter = {"id": "fake", "provider": "agent", "agent": "command", "template": AGENT, "model": "fake-1",
-                   "base_url": server.url}
+        adapter = fake_agent(server.url)
         spec = write_spec(tmp / "classes.yaml", repo, prompts, adapters=[adapter])
         res = run_cli("run", str(spec), "--json", "--no-save", cwd=tmp, timeout=120, **spawn_env(tmp))
         yield report_of(res), server.stats()
@@ -133,8 +138,7 @@ def test_resume_only_infra_failed_reruns_just_those_items_on_the_farm(tmp_path, 
     server = MockProviderProc()
     try:
         repo = make_repo(tmp_path / "repo")
-        adapter = {"id": "fake", "provider": "agent", "agent": "command", "template": AGENT, "model": "fake-1",
-                   "base_url": server.url}
+        adapter = fake_agent(server.url)
         spec = write_spec(tmp_path / "resume.yaml", repo, [
             {"id": "ok", "text": f"echo ok >> {runs}; {EDIT}", "check": CHECK},
             {"id": "late", "text": f"echo late >> {runs}; exec {cli}", "check": CHECK}], adapters=[adapter],
@@ -208,8 +212,7 @@ def test_a_failing_task_setup_is_infra_failed_retried_and_unmeasured(tmp_path):
     server = MockProviderProc()
     try:
         repo = make_repo(tmp_path / "repo")
-        adapter = {"id": "fake", "provider": "agent", "agent": "command", "template": AGENT, "model": "fake-1",
-                   "base_url": server.url}
+        adapter = fake_agent(server.url)
         spec = write_spec(tmp_path / "setup.yaml", repo, [{"id": "ok", "text": EDIT, "check": CHECK,
                                                            "setup": "echo preparing; exit 3"}], adapters=[adapter])
         report = report_of(run_cli("run", str(spec), "--json", "--no-save", cwd=tmp_path, timeout=120,

@@ -16,6 +16,17 @@ from conftest import RedisServer, run_cli, wait_for
 from test_spend_records import ENV, priced
 
 
+def restart_from_snapshot(server: RedisServer) -> None:
+    """SHUTDOWN NOSAVE, then the same server started again: it loads the last SAVE (a fresh client: the
+    store's own would retry the shutdown)."""
+    try:
+        redis.Redis.from_url(server.url).shutdown(nosave=True)
+    except redis.exceptions.ConnectionError:
+        pass
+    server.proc.wait(10)
+    server.start()
+
+
 def test_a_restore_from_an_older_snapshot_moves_no_counter_backwards(tmp_path, provider, start_worker):
     """SAVE after ~40 calls, SHUTDOWN NOSAVE after ~100, Redis started again from that snapshot: the
     results finished since are lost and run again; done (as shown) and executed never go down in
@@ -50,12 +61,7 @@ def test_a_restore_from_an_older_snapshot_moves_no_counter_backwards(tmp_path, p
         r.save()
         wait_for(lambda: p.stats()["requests"] >= 100, 60, "100 calls")
         status()  # what a user saw just before
-        try:
-            r.shutdown(nosave=True)
-        except redis.exceptions.ConnectionError:
-            pass
-        server.proc.wait(10)
-        server.start()  # loads the snapshot taken at ~40 calls
+        restart_from_snapshot(server)  # loads the snapshot taken at ~40 calls
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         res = run_cli("wait", run_id, "--json", "--no-save", "--timeout", "90", broker=server.url, timeout=150,
@@ -100,12 +106,7 @@ def test_records_come_back_after_a_restore_without_another_write_and_a_forget_is
         assert store.record("r1", out[:3]) == 3
         store.r.save()
         assert store.record("r1", out[3:5]) == 5
-        try:
-            redis.Redis.from_url(server.url).shutdown(nosave=True)  # the store's client would retry it
-        except redis.exceptions.ConnectionError:
-            pass
-        server.proc.wait(10)
-        server.start()
+        restart_from_snapshot(server)
         c = wait_for(lambda: (lambda c: c if c.get("done_seen") == 5 else None)(store.counters("r1")), 10,
                      "the records stated again")
         assert (c["done"], c["executed"]) == (3, 5), c
@@ -141,12 +142,7 @@ def test_status_right_after_a_restore_waits_for_the_records_instead_of_going_bac
         assert store.record(run_id, out[:3]) == 3
         store.r.save()
         assert store.record(run_id, out[3:5]) == 5
-        try:
-            redis.Redis.from_url(server.url).shutdown(nosave=True)
-        except redis.exceptions.ConnectionError:
-            pass
-        server.proc.wait(10)
-        server.start()
+        restart_from_snapshot(server)
         assert 0 < store.records_settle_s(started) <= TALLY_SETTLE_S
         res = run_cli("status", run_id, "--json", broker=server.url, timeout=60)
         assert res.returncode == 0, res.stderr

@@ -444,7 +444,8 @@ def progress_of(store: RunStore, run_id: str, meta: dict[str, Any]) -> Progress:
         since = 0.0
     stored = c.get("done", 0)
     done = max(stored, c.get("done_seen", 0))
-    return Progress(run_id=run_id, total=meta["total"], done=done, lost=done - stored, lost_seen=max(c.get("lost_seen", 0), done - stored), errors=c.get("errors", 0),
+    return Progress(run_id=run_id, total=meta["total"], done=done, lost=done - stored,
+                    lost_seen=max(c.get("lost_seen", 0), done - stored), errors=c.get("errors", 0),
                     cost_usd=c.get("cost_nusd", 0) / COST_SCALE,
                     per_adapter={a: (c.get(f"done:{a}", 0), c.get(f"errors:{a}", 0)) for a in adapters},
                     elapsed_s=max(since, 0.0), state=store.get_state(run_id) or "?",
