@@ -10,6 +10,7 @@ vars expand into one test per combination, ``.txt`` prompt files split on ``---`
 """
 from __future__ import annotations
 
+import base64
 import glob
 import itertools
 import json
@@ -25,6 +26,7 @@ from ..errors import SpecError
 from ..spec.sourcemap import dotted, line_for, load_yaml, read_text
 from .promptfoo_asserts import Refused, map_assert
 from .promptfoo_csv import tests_from_csv
+from .promptfoo_images import image_url, user_parts
 from .promptfoo_providers import _GEMINI_PARAMS, BROAD_KEYS, fill_body_vars, provider_family
 from .template import TemplateUnsupported, is_partial, line_of, prepare_vars, render, render_prompt, variables
 
@@ -47,6 +49,8 @@ _PARAMS = {"temperature", "max_tokens", "max_completion_tokens", "top_p", "seed"
 _DROPPED = {"stream": "evalfarm reads the whole answer; streaming changes the transport, not the text",
             "usage_tier": "promptfoo uses it only to price the call; set the adapter's price"}
 _TEXT_FILES = {".txt", ".md", ".j2"}
+_IMAGE_FILES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
+_IMAGE_MAX = 8 * 2**20  # bytes; a larger image var is refused
 _CODE_FILES = {".py", ".js", ".mjs", ".cjs", ".ts", ".mts", ".cts", ".sh", ".bash", ".rb", ".pl", ".exe", ".bat",
                ".cmd", ".ps1"}
 
@@ -86,6 +90,7 @@ class _Template:
     default: bool = False  # the config has no prompts: promptfoo sends each test's ``prompt`` var
     ref: str | None = None  # the prompt's id and label as the config wrote them (a provider's ``prompts``
     given_label: str | None = None  # names one of them)
+    images: list[str] = field(default_factory=list)  # image templates of a chat prompt (promptfoo_images)
 
 
 @dataclass
@@ -496,7 +501,7 @@ class PromptfooImporter:
 
     def _template(self, text: str, label: str, path: str, line: int | None, line_in_text: bool = True) -> _Template:
         """Check a prompt template once (not per test); a chat prompt becomes system + user."""
-        system, user, chat = None, text, False
+        system, user, chat, images = None, text, False, []
         if text.strip().startswith("- role:"):
             raise Refused("an inline YAML chat prompt is not supported: put the messages in a .yaml or .json file")
         try:
@@ -506,11 +511,11 @@ class PromptfooImporter:
         if parsed is not _NOT_JSON:  # promptfoo renders a JSON prompt value by value, then re-serialises it
             if not isinstance(parsed, list):
                 raise Refused("a JSON prompt that is not a list of chat messages is not supported")
-            system, user = _chat(parsed)
+            system, user, images = _chat(parsed)
             chat = True
         elif is_partial(text):
             return _Template(label=label, user=user, system=None, path=path, line=line)  # sent as written
-        for part in (system, user):
+        for part in (system, user, *images):
             if part is None:
                 continue
             try:
@@ -518,7 +523,7 @@ class PromptfooImporter:
             except TemplateUnsupported as exc:
                 where = (line or 1) + line_of(part, exc.offset) - 1 if line_in_text and part is text else line
                 raise _Located(str(exc), path, where) from None
-        return _Template(label=label, user=user, system=system, path=path, line=line, chat=chat)
+        return _Template(label=label, user=user, system=system, path=path, line=line, chat=chat, images=images)
 
     # ---- tests ------------------------------------------------------------------------------------
     def _default_test(self, doc: _Doc) -> tuple[_Test | None, dict[str, Any] | None]:
@@ -678,8 +683,16 @@ class PromptfooImporter:
                 return json.dumps(yaml.safe_load(self._read(path)), ensure_ascii=False, separators=(",", ":"))
             except yaml.YAMLError as exc:
                 raise Refused(f"{path.name}: invalid YAML ({type(exc).__name__})") from None
-        if suffix in (".pdf", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".mp3", ".wav", ".mp4"):
-            raise Refused(f"{path.name}: media vars are not supported")
+        if suffix in _IMAGE_FILES:  # promptfoo loads an image var as base64 (an image part wraps it)
+            try:
+                size = path.stat().st_size
+                if size > _IMAGE_MAX:
+                    raise Refused(f"{path.name}: an image var over {_IMAGE_MAX // 2**20} MiB is not imported")
+                return base64.b64encode(path.read_bytes()).decode()
+            except OSError as exc:
+                raise Refused(f"{path.name}: cannot read ({exc.strerror})") from None
+        if suffix in (".pdf", ".mp3", ".wav", ".mp4"):
+            raise Refused(f"{path.name}: media vars other than images (.png, .jpg, .gif, .webp) are not supported")
         return self._read(path).strip()
 
     # ---- rendering -----------------------------------------------------------------------------------
@@ -733,13 +746,21 @@ class PromptfooImporter:
                                               "there is nothing to send", sub="vars"))
             return None
         values = prepare_vars(combo)
-        system = None
+        system, images = None, []
         try:
             if tpl.chat:
                 user, missing = render(tpl.user, values)
                 if tpl.system is not None:
                     system, more = render(tpl.system, values)
                     missing += more
+                for image in tpl.images:
+                    url, more = render(image, values)
+                    missing += more
+                    try:
+                        images.append(image_url(url))
+                    except ValueError as exc:
+                        self.refuse(test.doc.at(test.loc, str(exc), sub="vars"))
+                        return None
             else:  # promptfoo renders prefix + template + suffix as one template
                 user, missing = render_prompt(f"{test.prefix}{tpl.user}{test.suffix}", values)
         except TemplateUnsupported as exc:
@@ -752,6 +773,8 @@ class PromptfooImporter:
         prompt: dict[str, Any] = {"id": pid, "text": user}
         if system is not None:
             prompt["system"] = system
+        if images:
+            prompt["images"] = images
         checks, criteria, mapped = [], [], []
         for adoc, aloc, raw in test.asserts:
             kind = raw.get("type") if isinstance(raw, dict) else None
@@ -805,15 +828,19 @@ def maybe_file_path(text: str) -> bool:
             or text[-3:-2] == "." or text[-4:-3] == "." or any(c in text for c in "*/\\"))
 
 
-def _chat(messages: list) -> tuple[str | None, str]:
-    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+def _chat(messages: list) -> tuple[str | None, str, list[str]]:
+    """A chat prompt as (system, user text, image templates); the images come from the user message's
+    parts in any of promptfoo's shapes (see promptfoo_images)."""
+    if not all(isinstance(m, dict) and isinstance(m.get("role"), str)
+               and (isinstance(m.get("content"), str) or (m.get("role") == "user" and isinstance(m.get("content"), list)))
                for m in messages):
-        raise Refused("a chat prompt must be a list of {role, content} messages with string content")
+        raise Refused("a chat prompt must be a list of {role, content} messages with string content (or text "
+                      "and image parts in the user message)")
     roles = [m["role"] for m in messages]
     if roles == ["user"]:
-        return None, messages[0]["content"]
+        return (None, *user_parts(messages[0]["content"]))
     if roles == ["system", "user"]:
-        return messages[0]["content"], messages[1]["content"]
+        return (messages[0]["content"], *user_parts(messages[1]["content"]))
     raise Refused(f"a chat prompt with roles {roles}: evalfarm sends one optional system message and "
                   "one user message")
 

@@ -45,12 +45,39 @@ class Asked:
     key: str | None  # the key as this protocol sends it (compared with --api-key)
 
 
+def _is_image(part: dict) -> bool:
+    """An image part in any wire's shape: OpenAI chat image_url, Anthropic image, Responses input_image,
+    Gemini inlineData/fileData, Bedrock Converse image."""
+    return (part.get("type") in ("image_url", "image", "input_image") or "inlineData" in part or "fileData" in part
+            or isinstance(part.get("image"), dict))
+
+
 def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
-    if isinstance(content, list):  # content blocks / parts
-        return "".join(str(c.get("text") or "") for c in content if isinstance(c, dict))
+    if isinstance(content, list):  # content blocks / parts (images are accepted and not read)
+        return "".join(str(c.get("text") or "") for c in content if isinstance(c, dict) and not _is_image(c))
     raise BadRequest("message content must be a string or a list of text blocks")
+
+
+def _short(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _short(v) for k, v in value.items()}
+    return value[:64] + "..." if isinstance(value, str) and len(value) > 64 else value
+
+
+def image_parts(body: Any) -> list[dict[str, Any]]:
+    """The image parts of a request as sent (long strings cut), for /stats?requests=1 and tests."""
+    if not isinstance(body, dict):
+        return []
+    found = []
+    for key in ("messages", "contents", "input"):
+        items = body.get(key) if isinstance(body.get(key), list) else []
+        for m in items:
+            parts = (m.get("content") if "content" in m else m.get("parts")) if isinstance(m, dict) else None
+            if isinstance(parts, list):
+                found += [_short(p) for p in parts if isinstance(p, dict) and _is_image(p)]
+    return found
 
 
 def _bearer(request: web.Request) -> str | None:

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from .openai import OpenAIAdapter, openai_judge
+from .parts import anthropic_content
 from .wire import Wire, bad, renamed, split_system, tokens, tool_text
 
 BASE_URL = "https://api.anthropic.com/v1"
@@ -33,7 +34,8 @@ class AnthropicWire(Wire):
         params = renamed(params, {"stop": "stop_sequences", "max_completion_tokens": "max_tokens"})
         if isinstance(params.get("stop_sequences"), str):
             params["stop_sequences"] = [params["stop_sequences"]]
-        body: dict[str, Any] = {"model": ep.model, "max_tokens": DEFAULT_MAX_TOKENS, "messages": rest, **params}
+        body: dict[str, Any] = {"model": ep.model, "max_tokens": DEFAULT_MAX_TOKENS, "messages": [
+            {**m, "content": anthropic_content(m["content"])} for m in rest], **params}
         if system is not None:
             body["system"] = system
         return json.dumps(body).encode()

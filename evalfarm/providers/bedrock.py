@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .openai import OpenAIAdapter, openai_judge
+from .parts import bedrock_content
 from .wire import Wire, bad, renamed, split_system, tokens, tool_text
 
 _INFERENCE = {"max_tokens": "maxTokens", "max_completion_tokens": "maxTokens", "top_p": "topP",
@@ -73,7 +74,7 @@ class BedrockWire(Wire):
                 extra[key] = value  # additionalModelRequestFields: the model's own options
         if isinstance(config.get("stopSequences"), str):
             config["stopSequences"] = [config["stopSequences"]]
-        body: dict[str, Any] = {"messages": [{"role": m["role"], "content": [{"text": m["content"]}]} for m in rest]}
+        body: dict[str, Any] = {"messages": [{"role": m["role"], "content": bedrock_content(m["content"])} for m in rest]}
         if system is not None:
             body["system"] = [{"text": system}]
         if config:

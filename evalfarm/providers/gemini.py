@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .openai import OpenAIAdapter, openai_judge
+from .parts import gemini_parts
 from .wire import Wire, bad, renamed, split_system, tokens, tool_text
 
 BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
@@ -41,7 +42,7 @@ class GeminiWire(Wire):
         if isinstance(config.get("stopSequences"), str):
             config["stopSequences"] = [config["stopSequences"]]
         body: dict[str, Any] = {"contents": [{"role": "model" if m["role"] == "assistant" else "user",
-                                              "parts": [{"text": m["content"]}]} for m in rest]}
+                                              "parts": gemini_parts(m["content"])} for m in rest]}
         for key in ("tools", "toolConfig", "systemInstruction"):  # request fields, not generation options
             if key in config:
                 body[key] = config.pop(key)

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from .openai import OpenAIAdapter
+from .parts import text_only
 from ..spec.jsonpath import path_steps
 from .wire import Wire, bad
 
@@ -46,7 +47,7 @@ class HttpJsonWire(Wire):
         return out
 
     def body(self, ep: Any, messages: list[dict[str, str]], params: dict[str, Any]) -> bytes:
-        prompt = "\n\n".join(m["content"] for m in messages)
+        prompt = "\n\n".join(text_only(m["content"], "http") for m in messages)
         return json.dumps(fill(ep.http.body, prompt)).encode()
 
     def parse(self, ep: Any, data: Any) -> tuple[str, str, int, int]:

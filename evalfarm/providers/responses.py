@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from .openai import OpenAIAdapter, openai_judge
+from .parts import responses_content
 from .wire import Wire, bad, renamed, split_system, tokens, tool_text
 
 
@@ -23,7 +24,8 @@ class ResponsesWire(Wire):
         params = renamed(params, {"max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens"})
         if "reasoning_effort" in params:
             params["reasoning"] = {"effort": params.pop("reasoning_effort")}
-        body: dict[str, Any] = {"model": ep.model, "input": rest, **params}
+        body: dict[str, Any] = {"model": ep.model, "input": [
+            {**m, "content": responses_content(m["content"])} for m in rest], **params}
         if system is not None:
             body["instructions"] = system
         return json.dumps(body).encode()

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from ..names import label_problem
+from .images import check_image
 
 
 def check_regex(value: str | None) -> str | None:
@@ -173,7 +174,7 @@ def _drop_unset(data: Any, names: tuple[str, ...]) -> Any:
     return data
 
 
-SPAWN_PROMPT_FIELDS = ("check", "setup", "timeout_s")
+SPAWN_PROMPT_FIELDS = ("check", "setup", "timeout_s", "images")
 
 
 class PromptSpec(_Model):
@@ -194,10 +195,19 @@ class PromptSpec(_Model):
     check: str | None = Field(default=None, min_length=1)
     setup: str | None = Field(default=None, min_length=1)
     timeout_s: float | None = Field(default=None, gt=0, le=7 * 86400)
+    # images sent after ``text`` in the user message: each an http(s) URL or a data:image/...;base64, URL
+    images: list[str] | None = Field(default=None, min_length=1)
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> Any:
         return _drop_unset(handler(self), SPAWN_PROMPT_FIELDS)
+
+    @field_validator("images")
+    @classmethod
+    def _image_urls(cls, value: list[str] | None) -> list[str] | None:
+        for i, url in enumerate(value or []):
+            check_image(url, f"images[{i}]")
+        return value
 
     @field_validator("criteria")
     @classmethod
