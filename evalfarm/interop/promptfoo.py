@@ -26,7 +26,7 @@ from ..errors import SpecError
 from ..spec.sourcemap import dotted, line_for, load_yaml, read_text
 from .promptfoo_asserts import Refused, map_assert
 from .promptfoo_csv import tests_from_csv
-from .promptfoo_images import image_url, user_parts
+from .promptfoo_images import image_url, lift_inline_images, user_parts
 from .promptfoo_providers import _GEMINI_PARAMS, BROAD_KEYS, fill_body_vars, provider_family
 from .template import TemplateUnsupported, is_partial, line_of, prepare_vars, render, render_prompt, variables
 
@@ -763,6 +763,7 @@ class PromptfooImporter:
                         return None
             else:  # promptfoo renders prefix + template + suffix as one template
                 user, missing = render_prompt(f"{test.prefix}{tpl.user}{test.suffix}", values)
+                user, images = lift_inline_images(user)
         except TemplateUnsupported as exc:
             self.refuse(test.doc.at(test.loc, str(exc), sub="vars"))
             return None

@@ -80,3 +80,22 @@ def image_url(rendered: str) -> str:
                              "GIF or WebP image")
         value = f"data:{media};base64,{value}"
     return check_image(value, "image")
+
+
+_B64_IMAGE = ("/9j/", "iVBORw0KGgo", "R0lGOD", "UklGR")  # base64 of the JPEG, PNG, GIF, WebP magic bytes
+
+
+def lift_inline_images(text: str) -> tuple[str, list[str]]:
+    """A text prompt's lines that are wholly a base64 image (an image file var on its own line) as images,
+    as promptfoo's Gemini and Vertex providers send them (inlineData), instead of megabytes of text."""
+    kept, images = [], []
+    for line in text.split("\n"):
+        value = line.strip()
+        if len(value) > 64 and value.startswith(_B64_IMAGE) and not any(c.isspace() for c in value):
+            try:
+                images.append(image_url(value))
+                continue
+            except ValueError:
+                pass
+        kept.append(line)
+    return "\n".join(kept), images

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Callable
 
-from ..spec.jsonpath import path_steps
+from ..spec.jsonpath import alternatives
 from .promptfoo_asserts import Refused
 
 OPENAI_URL = "https://api.openai.com/v1"
@@ -224,17 +224,23 @@ def _http(adapter: dict, place: dict, params: dict, importer: Any) -> None:
         http["headers"] = headers
     transform = place.get("transformResponse")
     if transform is not None:
+        expr = _ARROW.fullmatch(str(transform).strip())
+        expr = expr.group("body") if expr else str(transform).strip()
         try:
-            path_steps(str(transform))
+            alternatives(expr)
         except ValueError:
-            raise Refused("transformResponse: only a JSON path (json.output, json.choices[0].message.content) is "
-                          "supported, not a JavaScript expression or file", field="config") from None
-        http["response_path"] = str(transform).strip()
+            raise Refused("transformResponse: only a JSON path (json.output, json?.a || text) or an arrow function "
+                          "returning one ((json, text) => json?.response || text) is supported, not other "
+                          "JavaScript or a file", field="config") from None
+        http["response_path"] = expr
     adapter["base_url"] = url
     adapter["http"] = http
     if params:
         raise Refused(f"config.{next(iter(params))}: the http provider sends only its body", field="config")
 
+
+# ``(json) => BODY`` / ``(json, text) => BODY``: BODY is then read as a response_path (alternatives of paths)
+_ARROW = re.compile(r"\(\s*json\s*(?:,\s*text\s*)?\)\s*=>\s*(?P<body>[^{};]+)", re.S)
 
 _GEMINI_TOOLS = frozenset({"tools", "toolConfig", "systemInstruction"})  # inline or file://
 _GEMINI_NAMES = {"maxOutputTokens": "max_tokens", "topP": "top_p", "responseSchema": "responseSchema",

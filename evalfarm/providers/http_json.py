@@ -13,7 +13,7 @@ from typing import Any
 
 from .openai import OpenAIAdapter
 from .parts import text_only
-from ..spec.jsonpath import path_steps
+from ..spec.jsonpath import alternatives
 from .wire import Wire, bad
 
 PROMPT = re.compile(r"\{\{\s*prompt\s*\}\}")
@@ -53,11 +53,7 @@ class HttpJsonWire(Wire):
     def parse(self, ep: Any, data: Any) -> tuple[str, str, int, int]:
         value = data
         if ep.http.response_path:
-            for step in path_steps(ep.http.response_path):
-                try:
-                    value = value[step]
-                except (KeyError, IndexError, TypeError):
-                    raise bad(f"response_path {ep.http.response_path} not found in the answer", data) from None
+            value = _pick(ep.http.response_path, data)
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         usage = data.get("usage") if isinstance(data, dict) and isinstance(data.get("usage"), dict) else {}
         try:
@@ -66,6 +62,32 @@ class HttpJsonWire(Wire):
         except (TypeError, ValueError):
             t_in = t_out = 0
         return text, "stop", t_in, t_out
+
+
+_MISSING = object()
+
+
+def _pick(expr: str, data: Any) -> Any:
+    """The first alternative of ``response_path`` with a truthy value (JavaScript's ``||``); ``text`` is the
+    answer as text. The last alternative's value is taken even when falsy; an error if it is missing."""
+    alts = alternatives(expr)
+    value: Any = _MISSING
+    for alt in alts:
+        if alt is None:
+            value = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+        else:
+            value = data
+            for step in alt:
+                try:
+                    value = value[step]
+                except (KeyError, IndexError, TypeError):
+                    value = _MISSING
+                    break
+        if value is not _MISSING and value not in (None, "", 0, False):
+            return value
+    if value is _MISSING:
+        raise bad(f"response_path {expr} not found in the answer", data)
+    return value
 
 
 class HttpJsonAdapter(OpenAIAdapter):

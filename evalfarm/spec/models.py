@@ -327,9 +327,9 @@ class HttpSpec(_Model):
     @classmethod
     def _path(cls, value: str | None) -> str | None:
         if value is not None:
-            from .jsonpath import path_steps
+            from .jsonpath import alternatives
 
-            path_steps(value)
+            alternatives(value)
         return value
 
 
