@@ -122,7 +122,7 @@ prompts:
   - "Hi {{x}}"
 providers:
   - id: http
-    config: {url: "https://x.example/api", body: {q: "{{prompt}}"}, transformResponse: "(json) => json.a"}
+    config: {url: "https://x.example/api", body: {q: "{{prompt}}"}, transformResponse: "(json) => json.a.map(x => x)"}
   - id: http
     config: {url: "https://x.example/api", body: {q: "{{prompt}}", s: "{{sessionId}}"}}
   - google:image:imagen-3
@@ -143,7 +143,7 @@ tests:
     assert (f"prompts[0]: file://prompt_python.py:Prompt.prompt: a function reference runs code (Prompt.prompt in "
             "prompt_python.py); evalfarm imports data only") in text
     assert f"file://missing.py:Prompt.prompt: file not found ({tmp_path / 'missing.py'})" in text
-    assert "transformResponse: only a JSON path (json.output, json.choices[0].message.content) is supported" in text
+    assert "transformResponse: only a JSON path (json.output, json?.a || text) or an arrow function" in text
     assert ("http body template(s) sessionId: only {{prompt}} and vars with one value in every test are supported "
             "(sessionId varies or is missing)") in text
     assert "provider 'google:image:imagen-3' is not supported by the importer" in text
