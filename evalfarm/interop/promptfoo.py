@@ -10,6 +10,8 @@ vars expand into one test per combination, ``.txt`` prompt files split on ``---`
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import glob
 import itertools
 import json
@@ -22,6 +24,7 @@ from typing import Any
 import yaml
 
 from ..errors import SpecError
+from ..spec.models import IMAGE_MAX_BYTES, IMAGE_TYPES
 from ..spec.sourcemap import dotted, line_for, load_yaml, read_text
 from .promptfoo_asserts import Refused, map_assert
 from .promptfoo_csv import tests_from_csv
@@ -83,6 +86,7 @@ class _Template:
     path: str
     line: int | None
     chat: bool = False
+    images: list[dict[str, str]] = field(default_factory=list)  # image parts' templates: {"url"} or {"data", "media_type"}
     default: bool = False  # the config has no prompts: promptfoo sends each test's ``prompt`` var
     ref: str | None = None  # the prompt's id and label as the config wrote them (a provider's ``prompts``
     given_label: str | None = None  # names one of them)
@@ -118,6 +122,7 @@ class PromptfooImporter:
         self._caveats: dict[Finding, None] = {}
         self._mapped: dict[tuple, str] = {}  # (file, line, field) of an assertion -> its type
         self._refused_asserts: dict[tuple, str] = {}
+        self._media: dict[str, str] = {}  # an image var's base64 (read from its file) -> its media type
         self._notes: list[str] = []
         self._notes_prompts: list[str] | None = None
         self._wanted: list[tuple[tuple, list[str] | None]] = []  # per imported adapter: (its loc, its prompts)
@@ -506,8 +511,13 @@ class PromptfooImporter:
         if parsed is not _NOT_JSON:  # promptfoo renders a JSON prompt value by value, then re-serialises it
             if not isinstance(parsed, list):
                 raise Refused("a JSON prompt that is not a list of chat messages is not supported")
-            system, user = _chat(parsed)
+            system, user, images = _chat(parsed)
             chat = True
+            for image in images:
+                try:
+                    variables(image.get("url") or image.get("data") or "")
+                except TemplateUnsupported as exc:
+                    raise _Located(str(exc), path, line) from None
         elif is_partial(text):
             return _Template(label=label, user=user, system=None, path=path, line=line)  # sent as written
         for part in (system, user):
@@ -518,7 +528,8 @@ class PromptfooImporter:
             except TemplateUnsupported as exc:
                 where = (line or 1) + line_of(part, exc.offset) - 1 if line_in_text and part is text else line
                 raise _Located(str(exc), path, where) from None
-        return _Template(label=label, user=user, system=system, path=path, line=line, chat=chat)
+        return _Template(label=label, user=user, system=system, path=path, line=line, chat=chat,
+                         images=images if chat else [])
 
     # ---- tests ------------------------------------------------------------------------------------
     def _default_test(self, doc: _Doc) -> tuple[_Test | None, dict[str, Any] | None]:
@@ -678,8 +689,21 @@ class PromptfooImporter:
                 return json.dumps(yaml.safe_load(self._read(path)), ensure_ascii=False, separators=(",", ":"))
             except yaml.YAMLError as exc:
                 raise Refused(f"{path.name}: invalid YAML ({type(exc).__name__})") from None
-        if suffix in (".pdf", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".mp3", ".wav", ".mp4"):
-            raise Refused(f"{path.name}: media vars are not supported")
+        if suffix in _IMAGE_FILES:  # promptfoo loads an image var as its base64
+            try:
+                raw = path.read_bytes() if path.stat().st_size <= IMAGE_MAX_BYTES else None
+            except OSError as exc:
+                raise Refused(f"{path.name}: cannot read ({exc.strerror})") from None
+            if raw is None:
+                raise Refused(f"{path.name}: an image var larger than {IMAGE_MAX_BYTES // 2**20} MB")
+            media = sniff_image(raw)
+            if media is None:
+                raise Refused(f"{path.name}: not a JPEG, PNG, GIF or WebP image")
+            data = base64.b64encode(raw).decode("ascii")
+            self._media[data] = media
+            return data
+        if suffix in (".pdf", ".mp3", ".wav", ".mp4"):
+            raise Refused(f"{path.name}: media vars other than images are not supported")
         return self._read(path).strip()
 
     # ---- rendering -----------------------------------------------------------------------------------
@@ -723,6 +747,43 @@ class PromptfooImporter:
                 self.refuse(adoc.at(aloc, str(exc), sub=exc.field))
                 self._refused_asserts[(str(adoc.path), aloc)] = str(raw.get("type") if isinstance(raw, dict) else None)
 
+    def _images(self, tpl: _Template, user: str, values: dict[str, Any]) -> tuple[str, list[dict[str, str]]]:
+        """The rendered image parts of a chat prompt, and the images a text prompt carries the way promptfoo's
+        Gemini provider reads them: a line that is only an image var's base64 becomes an image (after the
+        text). An image var anywhere else in the text is refused: it would be sent as base64 text."""
+        images = [self._image(part, values) for part in tpl.images]
+        if self._media and any(v in self._media for v in values.values() if isinstance(v, str)):
+            kept = []
+            for line in user.split("\n"):
+                if line.strip() in self._media:
+                    images.append({"data": line.strip(), "media_type": self._media[line.strip()]})
+                else:
+                    kept.append(line)
+            user = "\n".join(kept).strip("\n")
+            if any(data in user for data in self._media):
+                raise Refused("an image var inside the prompt's text: evalfarm sends images as image parts")
+        return user, images
+
+    def _image(self, part: dict[str, str], values: dict[str, Any]) -> dict[str, str]:
+        """One image part rendered: an http(s) URL, a data: URL, or base64 (its media type from the part, the
+        var's file, or the bytes themselves)."""
+        key = "url" if "url" in part else "data"
+        value, _ = render(part[key], values)
+        value = value.strip()
+        if re.match(r"https?://\S+$", value):
+            return {"url": value}
+        m = re.match(r"data:(image/[a-z]+);base64,(.*)$", value, re.S)
+        if m:
+            return {"data": m.group(2), "media_type": m.group(1)}
+        try:
+            head = base64.b64decode(value[:64] + "=" * (-len(value[:64]) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            raise Refused(f"an image {key} that is not a URL or base64: {value[:40]!r}") from None
+        media = self._media.get(value) or sniff_image(head) or part.get("media_type") or ""
+        if media not in IMAGE_TYPES:
+            raise Refused(f"an image of media type {media or 'unknown'!r} (JPEG, PNG, GIF and WebP are)")
+        return {"data": value, "media_type": media}
+
     def _render_one(self, pid: str, tpl: _Template, test: _Test, combo: dict[str, Any]) -> dict[str, Any] | None:
         if (test.prefix or test.suffix) and tpl.chat:
             self.refuse(test.doc.at(test.loc, "options.prefix/suffix on a chat prompt: promptfoo then sends the "
@@ -749,9 +810,16 @@ class PromptfooImporter:
             self.caveat(Finding(tpl.path, tpl.line, "prompts",
                                 f"variable(s) {', '.join(sorted(set(missing)))} have no value in some tests; "
                                 "rendered empty, as promptfoo does"))
+        try:
+            user, images = self._images(tpl, user, values)
+        except Refused as exc:
+            self.refuse(test.doc.at(test.loc, str(exc), sub="vars"))
+            return None
         prompt: dict[str, Any] = {"id": pid, "text": user}
         if system is not None:
             prompt["system"] = system
+        if images:
+            prompt["images"] = images
         checks, criteria, mapped = [], [], []
         for adoc, aloc, raw in test.asserts:
             kind = raw.get("type") if isinstance(raw, dict) else None
@@ -776,6 +844,19 @@ class PromptfooImporter:
         return prompt
 
 
+def sniff_image(raw: bytes) -> str | None:
+    """An image's media type from its first bytes (JPEG, PNG, GIF, WebP), else None."""
+    if raw[:3] == b"\xff\xd8\xff":
+        return "image/jpeg"
+    if raw[:8] == b"\x89PNG\r\n\x1a\n":
+        return "image/png"
+    if raw[:4] == b"GIF8":
+        return "image/gif"
+    if raw[:4] == b"RIFF" and raw[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
 class _Located(Refused):
     """A refusal inside a prompt file: it names that file's line, not the config's."""
 
@@ -785,6 +866,7 @@ class _Located(Refused):
 
 
 _NOT_JSON = object()
+_IMAGE_FILES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
 _FILE_EXTENSIONS = (".cjs", ".cts", ".j2", ".js", ".json", ".jsonl", ".md", ".mjs", ".mts", ".py", ".ts", ".txt",
                     ".yml", ".yaml")
 
@@ -805,17 +887,59 @@ def maybe_file_path(text: str) -> bool:
             or text[-3:-2] == "." or text[-4:-3] == "." or any(c in text for c in "*/\\"))
 
 
-def _chat(messages: list) -> tuple[str | None, str]:
-    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+def _chat(messages: list) -> tuple[str | None, str, list[dict[str, str]]]:
+    """(system, user text, the user message's image templates) of a JSON chat prompt."""
+    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), (str, list))
                for m in messages):
-        raise Refused("a chat prompt must be a list of {role, content} messages with string content")
+        raise Refused("a chat prompt must be a list of {role, content} messages with string content or content "
+                      "parts (text and images)")
     roles = [m["role"] for m in messages]
     if roles == ["user"]:
-        return None, messages[0]["content"]
+        return (None, *_content(messages[0]["content"]))
     if roles == ["system", "user"]:
-        return messages[0]["content"], messages[1]["content"]
+        system, images = _content(messages[0]["content"])
+        if images:
+            raise Refused("an image in a system message is not supported: put it in the user message")
+        return (system, *_content(messages[1]["content"]))
     raise Refused(f"a chat prompt with roles {roles}: evalfarm sends one optional system message and "
                   "one user message")
+
+
+def _content(content: Any) -> tuple[str, list[dict[str, str]]]:
+    """A message's text (its text parts joined by newlines) and its image parts as templates, from any of
+    the chat shapes promptfoo passes through: OpenAI (text, image_url), the Responses API (input_text,
+    input_image), Anthropic (text, image with a base64 or url source), Bedrock Converse ({text},
+    {image: {format, source: {bytes}}}) and Gemini ({text}, inline_data)."""
+    if isinstance(content, str):
+        return content, []
+    texts, images = [], []
+    for part in content:
+        if not isinstance(part, dict):
+            raise Refused("a content part must be a mapping (text or image)")
+        kind = part.get("type")
+        if kind in ("text", "input_text") or (kind is None and isinstance(part.get("text"), str)):
+            texts.append(str(part.get("text") or ""))
+        elif kind == "image_url":
+            url = part.get("image_url")
+            images.append({"url": str(url.get("url") if isinstance(url, dict) else url)})
+        elif kind == "input_image" and isinstance(part.get("image_url"), str):
+            images.append({"url": part["image_url"]})
+        elif kind == "image" and isinstance(part.get("source"), dict):
+            src = part["source"]
+            if src.get("type") == "url":
+                images.append({"url": str(src.get("url"))})
+            else:
+                images.append({"data": str(src.get("data")), "media_type": str(src.get("media_type") or "")})
+        elif kind is None and isinstance(part.get("image"), dict) and isinstance(part["image"].get("source"), dict):
+            fmt = str(part["image"].get("format") or "").lower().replace("jpg", "jpeg")
+            images.append({"data": str(part["image"]["source"].get("bytes")), "media_type": f"image/{fmt}" if fmt else ""})
+        elif kind is None and isinstance(part.get("inline_data") or part.get("inlineData"), dict):
+            inline = part.get("inline_data") or part.get("inlineData")
+            images.append({"data": str(inline.get("data")),
+                           "media_type": str(inline.get("mime_type") or inline.get("mimeType") or "")})
+        else:
+            raise Refused(f"a content part of type {kind or sorted(part)!r} is not supported (text and images are)")
+    return "\n".join(texts), images
 
 
 def _combinations(values: dict[str, Any]) -> list[dict[str, Any]]:
