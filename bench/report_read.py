@@ -1,6 +1,7 @@
 """Wall time and peak RSS of the commands that read a saved report: gate, diff, rescore, export.
 
-Usage: ``python bench/report_read.py N [--dir DIR] [--only gate,diff,...] [--keep]``. Makes (or reuses,
+Usage: ``python bench/report_read.py N [--dir DIR] [--only gate,diff,...] [--code main=/tmp/main
+--code new=. --rounds 3]`` (``--code``: checkouts to compare, run alternately in each round). Makes (or reuses,
 in DIR) a saved run of N ``mock`` items (``bench/scale.py``'s dataset: every 7th fails its check), then
 runs each command as a child process and reads its peak RSS from ``os.wait4`` (the child's own
 rusage). Run it under ``flock /tmp/evalfarm-cpu.lock``. Prints a Markdown table and one JSON line.
@@ -21,10 +22,12 @@ from bench.scale import spec  # noqa: E402
 EVALFARM = [sys.executable, "-m", "evalfarm.cli"]
 
 
-def child(argv: list[str], cwd: Path) -> tuple[float, float, int]:
-    """(wall s, peak RSS MB, exit code) of one command, its output thrown away."""
+def child(argv: list[str], cwd: Path, code: str | None = None) -> tuple[float, float, int]:
+    """(wall s, peak RSS MB, exit code) of one command, its output thrown away; ``code``: a checkout
+    of evalfarm to run instead of the installed one (PYTHONPATH)."""
+    env = dict(os.environ, **({"PYTHONPATH": code} if code else {}))
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -64,6 +67,9 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--only", default="")
     ap.add_argument("--label", default="")
+    ap.add_argument("--code", action="append", default=[],
+                    help="LABEL=DIR: also run a checkout (e.g. main=/tmp/main); repeated, alternated per round")
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
     folder = args.dir or Path(f"/tmp/evalfarm-report-read/n{args.n}")
     run = saved_run(folder, args.n).resolve()
@@ -71,15 +77,18 @@ def main() -> None:
     out.mkdir(exist_ok=True)
     only = [x for x in args.only.split(",") if x]
     rows = []
-    print(f"| command | items | wall s | peak RSS MB | exit |{' ' + args.label if args.label else ''}")
-    print("|---|---:|---:|---:|---:|")
+    codes = [tuple(c.split("=", 1)) for c in args.code] or [(args.label or "installed", "")]
+    print("| command | code | items | wall s | peak RSS MB | exit |")
+    print("|---|---|---:|---:|---:|---:|")
     for name, argv in commands(run, out).items():
         if only and name not in only:
             continue
-        wall, rss, code = child(EVALFARM + argv, folder)
-        rows.append({"command": name, "items": args.n, "wall_s": round(wall, 2), "peak_rss_mb": round(rss, 1),
-                     "exit": code, "report_bytes": run.stat().st_size})
-        print(f"| {name} | {args.n:,} | {wall:.2f} | {rss:.0f} | {code} |", flush=True)
+        for _ in range(args.rounds):
+            for label, code in codes:
+                wall, rss, rc = child(EVALFARM + argv, folder, code or None)
+                rows.append({"command": name, "code": label, "items": args.n, "wall_s": round(wall, 2),
+                             "peak_rss_mb": round(rss, 1), "exit": rc, "report_bytes": run.stat().st_size})
+                print(f"| {name} | {label} | {args.n:,} | {wall:.2f} | {rss:.0f} | {rc} |", flush=True)
     print(json.dumps({"label": args.label, "rows": rows}))
 
 

@@ -66,18 +66,28 @@ def diff(run_a: str, run_b: str, tolerance: float, alpha: float, state_dir: Path
 
 
 class _GateSink:
-    """What gate keeps of each outcome of a streamed run: its case verdicts (decided again) and,
-    with --junit, JUnit's per-case lines."""
+    """What gate keeps of each outcome of a streamed run: its case verdicts (decided again) when there
+    is a baseline to compare them with, and, with --junit, JUnit's per-case lines."""
 
-    def __init__(self, junit: bool) -> None:
+    def __init__(self, junit: bool, baseline_name: str | None, state_dir: Path) -> None:
         from ..ci.diff import CaseTrials
         from ..ci.reports import JunitCases
 
         self.cases = CaseTrials(rechecked=True)
         self.junit = JunitCases() if junit else None
+        self.baseline_name, self.state_dir, self.compared = baseline_name, state_dir, True
+
+    def start(self, head: dict) -> None:
+        from ..ci.pipeline import baseline_path
+
+        try:
+            self.compared = baseline_path(self.baseline_name, head.get("spec_name"), self.state_dir) is not None
+        except UsageError:  # said after the report's own checks, as ever
+            self.compared = True
 
     def add(self, o: dict, new: dict | None) -> None:
-        self.cases.add(o, new)
+        if self.compared:
+            self.cases.add(o, new)
         if self.junit is not None:
             self.junit.add(o, new)
 
@@ -115,7 +125,7 @@ def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_
     path = resolve_ref(run_ref, state_dir)
     # one streamed pass: the hash checked (an edited report is exit 2: runs.trust), each verdict decided
     # again from its output, and only the case verdicts (and JUnit's per-case lines) kept
-    run = read_pass(path, state_dir, "gate", lambda: _GateSink(bool(junit)), recheck=True)
+    run = read_pass(path, state_dir, "gate", lambda: _GateSink(bool(junit), baseline_name, state_dir), recheck=True)
     trusted = run.trusted
     require_complete(trusted.report, str(path))
     if spec_path is not None:
