@@ -10,6 +10,7 @@ errors, as before streaming.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,7 +21,9 @@ from .report_stream import ChangedWhileRead, NotStreamed, ReportStream
 from .state import StateDir
 from .trust import AS_IT_IS, Trusted, _registry_rows, _vouch, check_lineage, judged, load_trusted, verdicts
 
-Sink = Any  # add(stored outcome, rechecked outcome or None); optional: start(head), prompt(stored prompt)
+# add(stored outcome, rechecked outcome or None); optional: start(head), prompt(stored prompt), and
+# with_line = True: add(stored outcome, None, its line's bytes) (a sink that never rechecks)
+Sink = Any
 WHOLE = "whole"
 
 
@@ -76,11 +79,15 @@ def _streamed(path: Path, state: StateDir, use: str, sink: Sink, recheck: bool) 
             has_prompts = rs.open_lookup(prompt_spec)
             rechecker = Rechecker(head, rs.prompt if has_prompts else None)
         add = sink.add
+        with_line = getattr(sink, "with_line", False)  # the sink takes the outcome's JSON text too
         try:
             for i, o in enumerate(rs.outcomes()):
                 if outcome_problem(i, o):
                     raise NotStreamed("outcome")
-                add(o, rechecker.add(i, o) if rechecker is not None else None)
+                if with_line:
+                    add(o, None, rs.line)
+                else:
+                    add(o, rechecker.add(i, o) if rechecker is not None else None)
             on_prompt = getattr(sink, "prompt", None) if rechecker is None else None
             if on_prompt is not None:
                 for raw in rs.prompts():
@@ -111,7 +118,10 @@ def _whole(path: Path, state: StateDir, use: str, sink: Sink, recheck: bool) -> 
             sink.add(o, new)
     else:
         for o in stored:
-            sink.add(o, None)
+            if getattr(sink, "with_line", False):
+                sink.add(o, None, b"    " + json.dumps(o).encode())
+            else:
+                sink.add(o, None)
     if hasattr(sink, "prompt"):
         for raw in t.report.get("prompts") or []:
             sink.prompt(raw)

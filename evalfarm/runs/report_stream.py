@@ -40,7 +40,7 @@ class ChangedWhileRead(ValueError):
 _scan = json.JSONDecoder().scan_once  # the C scanner: json.loads' per-call overhead is a third of a line's parse
 
 
-def _item(line: bytes) -> tuple[Any, bool]:
+def item_of(line: bytes) -> tuple[Any, bool]:
     """(the JSON value, whether a comma followed it) of one section line ``    {...}[,]``."""
     if not line.startswith(ITEM):
         raise NotStreamed("not an item line")
@@ -73,6 +73,7 @@ class ReportStream:
         self._lines = self._read_lines()
         self.digest: str | None = None
         self.outcomes_read = 0
+        self.line = b""
         self.prompts_read = 0
         self._cursor: _PromptCursor | None = None
         self._problem: str | None = None
@@ -153,8 +154,9 @@ class ReportStream:
                 return
             if not comma:
                 raise NotStreamed("an outcome line without a comma before another")
-            value, comma = _item(line)
+            value, comma = item_of(line)
             self.outcomes_read += 1
+            self.line = line  # the outcome's line as read (a sink may keep it rather than the object)
             yield value
         raise NotStreamed("the outcomes never end")
 
@@ -180,7 +182,7 @@ class ReportStream:
             if not comma:
                 raise NotStreamed("a prompt line without a comma before another")
             if parse:
-                value, comma = _item(line)
+                value, comma = item_of(line)
                 if self._problem is None and not (isinstance(value, dict) and isinstance(value.get("id"), str)):
                     self._problem = "prompts is not a list of prompts with ids"
             elif line.startswith(ITEM):
@@ -284,7 +286,7 @@ class _PromptCursor:
         if line is None or line == FILE_END:
             self._done = True
             return None
-        value, _ = _item(line)
+        value, _ = item_of(line)
         if self.problem is None and not (isinstance(value, dict) and isinstance(value.get("id"), str)):
             self.problem = "prompts is not a list of prompts with ids"
         self._index += 1
