@@ -193,7 +193,8 @@ class ReportStream:
             yield value
         else:
             raise NotStreamed("the prompts never end")
-        if list(self._lines) != [b"}"] or self.pos != os.fstat(self._fh.fileno()).st_size:
+        tail, more = next(self._lines, None), next(self._lines, None)  # never more than one line is held
+        if tail != b"}" or more is not None or self.pos != os.fstat(self._fh.fileno()).st_size:
             raise NotStreamed("something after the report's end")
         self._state = "done"
         self.digest = "sha256:" + self._hash.hexdigest()
