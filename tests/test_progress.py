@@ -7,7 +7,8 @@ import json
 from rich.console import Console
 
 from conftest import EXAMPLES
-from evalfarm.cli.console import LiveProgress, eta, print_summary
+from evalfarm.cli.console import print_summary
+from evalfarm.cli.live import LiveProgress, eta
 from evalfarm.executors.inprocess import InProcessBackend
 from evalfarm.executors.store import Progress
 from evalfarm.runs.submit import Orchestrator

@@ -40,7 +40,6 @@ from .diff import capture
 from .detect import agents_dir
 from .errors import AgentOutputError, AgentSetupError, SandboxError
 from .limits import TaskLimits
-from .model_relay import TaskRelay
 from .registry import get_driver, resolve
 from .repos import local_repo
 from .runner import AgentRun, run_agent
@@ -344,6 +343,8 @@ class AgentAdapter:
             upstream = s.base_url or DEFAULT_BASE_URLS.get(self.driver.name)
             passed = pass_env
             if upstream:
+                from .model_relay import TaskRelay  # aiohttp's server: only when an agent runs (~140 ms to import)
+
                 relay_dir = Path(tempfile.mkdtemp(prefix="efr-", dir="/tmp"))  # a unix socket path is short
                 relay = TaskRelay(relay_dir / "m.sock", upstream, key_for(self.key_from, upstream),
                                   self.workspace.max_tokens_per_task if self.workspace else None)

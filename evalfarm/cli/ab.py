@@ -32,7 +32,7 @@ def _execute(o: dict[str, Any], spec, trials: int, prices: dict[str, Any] | None
     a budget: the synthetic executor's price is a model's, not a bill), then live progress."""
     from ..ab.harness import Execution
     from ..runs.submit import Target
-    from .console import LiveProgress
+    from .live import LiveProgress
     from .overnight import check_budget
 
     budget = check_budget(spec, spec.prompts, trials, o["max_cost"], o["force"], prices, priced_only=False)

@@ -16,8 +16,9 @@ from rich.table import Table
 from ..core import failure as failure_class
 from ..core.verdict import NOTHING, PASSED, run_verdict
 
-err_console = Console(stderr=True, emoji=False)
-out_console = Console(emoji=False, soft_wrap=False)
+# no repr highlighting (every message marks up what it colours): its regexes cost ~11 ms to compile on first use
+err_console = Console(stderr=True, emoji=False, highlight=False)
+out_console = Console(emoji=False, soft_wrap=False, highlight=False)
 
 FIGURES = (("items", "items"), ("errors", "errors"), ("golden", "golden"), ("judge", "judge"), ("overall", "overall"),
            ("p50 ms", "p50"), ("p95 ms", "p95"), ("tokens in/out", "tokens"), ("cost $", "cost"),
@@ -185,87 +186,3 @@ def diff_table(d: dict[str, Any]) -> Table:
     else:
         table.caption = "no adapter was measured in both runs: no winner"
     return table
-
-
-def eta(p) -> str:
-    """Time left at the run's own rate; before the first result there is no rate to speak of."""
-    if p.done <= 0 or p.elapsed_s <= 0:
-        return "ETA after the first results"
-    if p.done >= p.total:
-        return "ETA 0:00"
-    left = (p.total - p.done) * p.elapsed_s / p.done
-    m, s = divmod(int(left + 0.5), 60)
-    return f"ETA {m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"ETA {m}:{s:02d}"
-
-
-_ACTIVE: "LiveProgress | None" = None  # the bar on screen, if any (stop_live)
-
-
-def stop_live() -> None:
-    """Stop the progress bar on screen, if one is drawing, before a closing message: a Ctrl-C that
-    detaches must leave its `wait`/`cancel` line visible, not under a last redraw of the bar."""
-    if _ACTIVE is not None:
-        _ACTIVE.stop()
-
-
-class LiveProgress:
-    """A bar for the run and one per adapter: done/total, items/s, errors, spend so far (model and
-    judge), ETA. Rates are measured over the run's life, so attaching late reads true."""
-
-    def __init__(self, enabled: bool | None = None, console: Console | None = None) -> None:
-        self.console = console or err_console
-        self.enabled = self.console.is_terminal if enabled is None else enabled
-        self._progress = None
-        self._tasks: dict[str, Any] = {}
-
-    def __enter__(self) -> "LiveProgress":
-        if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-            self._progress = Progress(
-                TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]:>8} it/s"), TextColumn("err {task.fields[errors]}"),
-                TextColumn("{task.fields[spend]}"), TextColumn("{task.fields[eta]}"),
-                console=self.console, transient=False, refresh_per_second=8)
-            self._progress.__enter__()
-            global _ACTIVE
-            _ACTIVE = self
-        return self
-
-    def __exit__(self, *exc) -> None:
-        global _ACTIVE
-        _ACTIVE = None
-        if self._progress is not None:
-            self._progress.__exit__(*exc)
-            self._progress = None
-
-    def stop(self) -> None:
-        """Stop drawing now: what is printed next stays below the last frame (no redraw over it)."""
-        global _ACTIVE
-        _ACTIVE = None
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
-
-    @staticmethod
-    def rows(p) -> dict[str, tuple[int, int, int, str, str]]:
-        """name -> (done, errors, total, items/s, spend); a pure function of a Progress."""
-        def rate(done: int) -> str:
-            return f"{done / p.elapsed_s:,.1f}" if p.elapsed_s > 0 else "-"
-
-        per_total = p.total // max(len(p.per_adapter), 1)
-        out = {"total": (p.done, p.errors, p.total, rate(p.done), f"${p.cost_usd:.4f}")}
-        costs = p.cost_per_adapter or {}
-        for a, (done, errs) in p.per_adapter.items():
-            out[a] = (done, errs, per_total, rate(done), f"${costs.get(a, 0.0):.4f}")
-        return out
-
-    def update(self, p) -> None:
-        if self._progress is None:
-            return
-        for name, (done, errs, total, rate, spend) in self.rows(p).items():
-            if name not in self._tasks:
-                self._tasks[name] = self._progress.add_task(escape(name), total=total, rate="-", errors=0, spend="",
-                                                            eta="")
-            self._progress.update(self._tasks[name], completed=done, rate=rate, errors=errs, spend=spend,
-                                  eta=eta(p) if name == "total" else "")

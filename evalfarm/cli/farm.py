@@ -49,7 +49,7 @@ def check_report_outputs(state_dir: Path, no_save: bool, output: Path | None) ->
 def attach(backend, run_id: str, state_dir: Path, no_save: bool, as_json: bool, output: Path | None,
            timeout_s: float | None) -> None:
     """Show live progress until the report exists, then save, print and exit with its code."""
-    from .console import LiveProgress
+    from .live import LiveProgress
     from .deliver import finish
 
     with LiveProgress(enabled=None if not as_json else False) as bar:
@@ -65,7 +65,7 @@ def attach(backend, run_id: str, state_dir: Path, no_save: bool, as_json: bool, 
 def still_running(run_id: str) -> None:
     """Ctrl-C while attached to a farm run: the run goes on without us. The bar stops first, so its
     last redraw cannot land over this line."""
-    from .console import stop_live
+    from .live import stop_live
 
     stop_live()
     click.echo(f"\nevalfarm: detached; run {run_id} goes on on the farm. 'evalfarm wait {run_id}' attaches "

@@ -68,7 +68,7 @@ def rescore(run_ref: str, spec_path: Path | None, judge_model: str | None, judge
     from ..runs.archive import check_state_dir, check_writable
     from ..runs.state import StateDir
     from ..runs.submit import Target
-    from .console import LiveProgress
+    from .live import LiveProgress
     from .deliver import finish
 
     state = StateDir.of(state_dir)

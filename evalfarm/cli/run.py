@@ -69,8 +69,7 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
     from ..spec.binding import bind_environment
     from ..spec.load import open_spec, spec_from_cases
     from ..spec.prompts import dataset_hash, version_for
-    from .console import LiveProgress
-    from .deliver import finish
+    from .live import LiveProgress, warm
 
     if (spec_path is None) == (not datasets):
         raise EvalfarmError("give a SPEC file or --dataset CASES (with --model), not both and not neither")
@@ -156,6 +155,8 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
                                      margin if margin is not None else (spec.thresholds.max_drop if spec.thresholds
                                                                         and spec.thresholds.max_drop is not None
                                                                         else 0.05), as_json))
+    if not detach:
+        warm("evalfarm.cli.deliver", "evalfarm.runs.deliver")  # the summary (rich): imported while the run waits
     with LiveProgress(enabled=False if as_json or detach else None) as bar:
         run = start(spec, source, target, trials=trials, options=options, where=spec_file.where,
                     on_progress=bar.update)
@@ -168,6 +169,8 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
             from .farm import still_running
 
             still_running(run.run_id)
+    from .deliver import finish
+
     code = finish(run, state_dir, no_save, as_json, output, spec.thresholds, prompt_info, ci)
     for line in stopped_lines(run.summary()):
         click.echo(line, err=True)
@@ -199,7 +202,7 @@ def _gate_until_decided(spec, source, target, where, options, budget, base, stat
     from ..ci.sequential_gate import SequentialGate
     from ..runs.deliver import deliver
     from ..runs.state import StateDir
-    from .console import LiveProgress
+    from .live import LiveProgress
 
     name, report, notes = base
     for note in notes:

@@ -122,7 +122,8 @@ JS = r"""
         var link = el("a", r.run_id, {href: "/runs/" + encodeURIComponent(r.run_id)});
         var done = el("span", r.done + " / " + r.total, {"class": "farm-done", "data-run": r.run_id, "data-done": String(r.done), "data-total": String(r.total)});
         var bar = el("progress", null, {max: String(r.total || 1), value: String(r.done)});
-        var tr = row([link, r.spec_name, r.state, done, bar, fmt(r.rate_per_s, 1), r.running ? dur(r.eta_s) : "—",
+        var state = r.settling ? r.state + " (counts settling after a Redis restart)" : r.state;
+        var tr = row([link, r.spec_name, state, done, bar, fmt(r.rate_per_s, 1), r.running ? dur(r.eta_s) : "—",
                       r.errors, r.pending_judge, "$" + fmt(r.spend_usd, 6)]);
         tr.setAttribute("data-run", r.run_id); tr.className = "farm-run" + (r.running ? " running" : "");
         return tr;

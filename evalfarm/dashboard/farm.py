@@ -5,6 +5,11 @@ spend), queue depths per pool, workers seen (heartbeat keys), 429 pauses in forc
 A running run's rate is the last 30 s of its progress; a finished run's is its own: items done over
 the time from its start to its finish (a run that went at 79/s shows 79/s for as long as it is listed,
 not an average that decays with its age).
+
+Right after a Redis restart (or a restore from an older snapshot) the counters of a run that began
+before it read low until every live worker has stated its counter records again (``TALLY_SETTLE_S``,
+a few seconds; ``status`` waits that long). The page does not wait: such a run is marked ``settling``,
+and its done count never drops below what this page already showed.
 """
 from __future__ import annotations
 
@@ -25,7 +30,15 @@ def _farm():
     from ..runs.farm import layout
 
     farm = layout()
-    return farm.queues, farm.priority_sep, farm.cost_scale, farm.runs_index
+    return farm.queues, farm.priority_sep, farm.cost_scale, farm.runs_index, farm.settle_s
+
+
+def redis_uptime_s(r) -> float | None:
+    """Seconds since the Redis started, or None when INFO is renamed or disabled (some managed services)."""
+    try:
+        return float(r.info("server").get("uptime_in_seconds"))
+    except Exception:  # noqa: BLE001 - no INFO: nothing to settle by
+        return None
 
 
 def fold_tally(counts, tally):
@@ -103,8 +116,10 @@ class FarmView:
                     "error": safe.text(redact(f"{type(exc).__name__}: {exc}"), 500)}
 
     def _read(self, max_runs: int) -> dict[str, Any]:
-        queues, prio_sep, cost_scale, runs_index = _farm()
+        queues, prio_sep, cost_scale, runs_index, settle_s = _farm()
         r = self.redis()
+        up = redis_uptime_s(r)
+        young_since = None if up is None or up >= settle_s else time.time() - up - 1.0  # uptime is whole seconds
         run_ids = [x.decode("utf-8", "replace") for x in r.zrevrange(runs_index, 0, max_runs - 1)]
         run_ids = [x for x in run_ids if safe.is_run_id(x)]
         pipe = r.pipeline(transaction=False)
@@ -124,8 +139,10 @@ class FarmView:
             if static is None:
                 continue
             finished_at = self._finished_at(r, rid) if state in FINISHED else None
+            started = _ts(static["started_at"])
+            settling = young_since is not None and started is not None and started < young_since
             runs.append(self._progress(rid, state, counts, safe.count(raw[4 * i + 2]), static, now, finished_at,
-                                       cost_scale))
+                                       cost_scale, settling))
         pipe = r.pipeline(transaction=False)
         for q in queues:
             for key in [q] + [f"{q}{prio_sep}{p}" for p in range(1, 10)]:
@@ -173,8 +190,11 @@ class FarmView:
         return self._finished[rid]
 
     def _progress(self, rid: str, state: str, c: dict[str, int], pending: int, static: dict[str, Any],
-                  now: float, finished_at: float | None, cost_scale: int) -> dict[str, Any]:
+                  now: float, finished_at: float | None, cost_scale: int, settling: bool = False) -> dict[str, Any]:
         done, total = max(c.get("done", 0), c.get("done_seen", 0)), static["total"]
+        seen = self._samples.get(rid)
+        if settling and seen:  # not every counter record is back yet: never below what this page showed
+            done = max(done, seen[-1][1])
         started = _ts(static["started_at"])
         finished = state in FINISHED
         if finished:  # its own duration, or none known (a cancelled run has no finish time)
@@ -201,7 +221,7 @@ class FarmView:
         return {"run_id": rid, "spec_name": static["spec_name"], "state": state, "done": done, "total": total,
                 "errors": c.get("errors", 0), "executed": c.get("executed", 0), "pending_judge": pending,
                 "spend_usd": c.get("cost_nusd", 0) / cost_scale, "elapsed_s": elapsed, "rate_per_s": rate,
-                "eta_s": eta, "running": not finished,
+                "eta_s": eta, "running": not finished, "settling": settling,
                 "per_adapter": [{"adapter": a, "done": c.get(f"done:{a}", 0), "errors": c.get(f"errors:{a}", 0),
                                  "spend_usd": c.get(f"cost_nusd:{a}", 0) / cost_scale}
                                 for a in static["adapters"]]}

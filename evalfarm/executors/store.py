@@ -132,6 +132,16 @@ class RunStore(ABC):
     def pending_among(self, run_id: str, keys: list[str]) -> set[str]:
         """Which of ``keys`` await the judge (membership only: no bodies fetched)."""
 
+    def batch_view(self, run_id: str, keys: list[str]) -> tuple[str | None, set[str], set[str], dict[str, str]]:
+        """What a batch needs before it calls anything: (the run's state, the keys done, the keys awaiting
+        the judge, {key: item JSON} of the rest). A store may answer in one round trip (Redis: one script)."""
+        done = self.done_keys(run_id, keys)
+        open_keys = [k for k in keys if k not in done]
+        pending = self.pending_among(run_id, open_keys)
+        todo = [k for k in open_keys if k not in pending]
+        return (self.get_state(run_id), done, pending,
+                {k: raw for k, raw in zip(todo, self.get_items(run_id, todo)) if raw is not None})
+
     @abstractmethod
     def pending_keys(self, run_id: str) -> list[str]: ...
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from .openai import OpenAIAdapter
 from ..spec.jsonpath import path_steps
-from .wire import Wire, bad
+from .wire import Wire, bad, no_images
 
 PROMPT = re.compile(r"\{\{\s*prompt\s*\}\}")
 def fill(value: Any, prompt: str) -> Any:
@@ -46,7 +46,7 @@ class HttpJsonWire(Wire):
         return out
 
     def body(self, ep: Any, messages: list[dict[str, str]], params: dict[str, Any]) -> bytes:
-        prompt = "\n\n".join(m["content"] for m in messages)
+        prompt = "\n\n".join(no_images(m["content"], "the http provider") for m in messages)
         return json.dumps(fill(ep.http.body, prompt)).encode()
 
     def parse(self, ep: Any, data: Any) -> tuple[str, str, int, int]:

@@ -28,7 +28,7 @@ from .errors import BadResponse, ProviderError, error_for_status
 from .limits import Limiter, Limits, endpoint_id, limiter_for
 from .quota import exhausted_now, is_quota, refuse_if_exhausted
 from .retry import RetryPolicy, parse_retry_after, with_retries
-from .wire import OPENAI_CHAT, Wire
+from .wire import OPENAI_CHAT, Wire, user_content
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ class OpenAIAdapter:
 
     async def complete(self, prompt: PromptSpec, trial: int) -> Completion:
         messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + \
-                   [{"role": "user", "content": prompt.text}]
+                   [{"role": "user", "content": user_content(prompt.text, prompt.images)}]
         r = await chat(self.endpoint, messages, label=self.id)
         return Completion(text=r.text, finish_reason=r.finish_reason, input_tokens=r.input_tokens,
                           output_tokens=r.output_tokens, cost_usd=r.cost_usd,

@@ -39,16 +39,17 @@ class Layout:
     runs_index: str
     cost_scale: int
     heartbeat_prefix: str
+    settle_s: float  # a Redis younger than this (and than a run) may not have heard every counter record again
 
 
 def layout() -> Layout:
-    from ..executors.celery.app import QUEUES
     from ..executors.celery.broker_scan import PRIORITY_SEP
     from ..executors.celery.heartbeat import KEY_PREFIX
-    from ..executors.celery.store import RUNS_INDEX
+    from ..executors.celery.messages import QUEUES
+    from ..executors.celery.store import RUNS_INDEX, TALLY_SETTLE_S
     from ..executors.store import COST_SCALE
 
-    return Layout(QUEUES, PRIORITY_SEP, RUNS_INDEX, COST_SCALE, KEY_PREFIX)
+    return Layout(QUEUES, PRIORITY_SEP, RUNS_INDEX, COST_SCALE, KEY_PREFIX, TALLY_SETTLE_S)
 
 
 def fold_tally(counts: dict[str, int], tally: dict[bytes, bytes]) -> dict[str, int]:

@@ -1,21 +1,16 @@
-"""The Celery app: JSON only, late acks, one queue per pool, no result waiting, task events on."""
+"""The Celery app: JSON only, late acks, one queue per pool, no result waiting, task events on. (The queue
+and task names live in messages.py, which a coordinator imports without Celery.)"""
 from __future__ import annotations
 
 from celery import Celery
 from kombu import Exchange, Queue
 
+from .messages import AGGREGATE, BATCH_POLL, BATCH_SUBMIT, JUDGE_BATCH, QUEUES, RUN_BATCH, SPAWN_ITEM
 from .pools import Pool
 from .redis_tls import KEEPALIVE, SOCKET_TIMEOUT_S, split_tls
 from .settings import FarmSettings
 from .transport import TRANSPORT
 
-QUEUES = ("provider", "judge", "spawn", "aggregate")
-RUN_BATCH = "evalfarm.run_batch"
-JUDGE_BATCH = "evalfarm.judge_batch"
-AGGREGATE = "evalfarm.aggregate"
-SPAWN_ITEM = "evalfarm.spawn_item"  # one coding-agent item per task (spawn.py)
-BATCH_SUBMIT = "evalfarm.batch_submit"  # provider batch APIs (batches.py): short tasks on the aggregate queue
-BATCH_POLL = "evalfarm.batch_poll"
 
 
 def transport_options(visibility_timeout: int) -> dict:

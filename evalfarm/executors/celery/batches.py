@@ -45,24 +45,15 @@ from ..finalize import run_ttl_s
 from ..store import RunStore
 from . import work
 from .app import BATCH_SUBMIT
+from .routing import PROVIDER_MAX, batched_adapters
 
 log = get_logger("evalfarm.batches")
 
 QUEUE = "aggregate"  # short tasks: they share the aggregate pool
-PROVIDER_MAX = {"openai": 50_000, "anthropic": 100_000}
 
 
 def records_key(run_id: str) -> str:
     return f"ef:run:{run_id}:batches"
-
-
-def batched_adapters(meta: dict[str, Any] | None) -> dict[str, str]:
-    """{adapter id: provider} of the run's ``batch: true`` adapters (from its stored spec)."""
-    out = {}
-    for entry in ((meta or {}).get("spec") or {}).get("adapters") or []:
-        if isinstance(entry, dict) and entry.get("batch") and entry.get("provider", "openai") in PROVIDER_MAX:
-            out[str(entry.get("id"))] = str(entry.get("provider", "openai"))
-    return out
 
 
 JUDGE = "judge"  # the adapter name of a batched judge's groups and records

@@ -10,7 +10,7 @@ import base64
 import json
 from typing import Any, Iterator
 
-from .app import BATCH_POLL, QUEUES
+from .messages import BATCH_POLL, QUEUES
 
 PRIORITY_SEP = "\x06\x16"
 

@@ -5,6 +5,10 @@ see DESIGN.md): it polls the store's counters and reads the report the aggregate
 stored. The whole plan is written to the store before any batch is sent, so a coordinator
 that dies can be replaced: ``resume`` dispatches only what is neither done, nor waiting
 for the judge, nor still in the broker.
+
+A plain run's path imports neither Celery nor the agents' and provider batches' modules (``spawn``,
+``batches``: imported where a run has such items, or by ``status``, ``resume`` and ``cancel``): its
+messages go through ``messages.Publisher``, and start-up is most of a small run's time (issue 17).
 """
 from __future__ import annotations
 
@@ -13,10 +17,11 @@ import os
 import sys
 import time
 from collections import deque
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from itertools import chain, islice
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import redis
 
@@ -28,14 +33,12 @@ from ...core.plan import Plan
 from ..base import ProgressFn
 from ..finalize import run_ttl_s
 from ..store import Progress, batched, progress_of
-from .app import AGGREGATE, JUDGE_BATCH, RUN_BATCH, create_app
-from .batches import cancel_open, keys_in_open_batches, open_batches_line, route_batches
 from .broker_scan import broker_keys, broker_segments, keys_in_broker
-from .room import full, no_room, run_bytes
+from .messages import AGGREGATE, JUDGE_BATCH, RUN_BATCH, Publisher, redis_broker
+from .room import full, is_oom, no_room, run_bytes
+from .routing import agent_adapters, batched_adapters
 from .settings import FarmSettings, pick_batch_size
-from .spawn import agent_adapters, route_spawn, spawn_keys_in_broker, spawn_keys_in_hands
 from .store import probe, store_for
-from .transport import is_oom
 
 
 LOCK = "resume"  # ef:run:<id>:lock:resume: one coordinator dispatches a run at a time (start or resume)
@@ -116,12 +119,51 @@ class CeleryBackend:
         except Exception as exc:
             raise FarmError(f"cannot reach the run store at {redact(url)}: "
                             f"{redact(str(exc)).rstrip('.')}; is Redis running? (--broker / EVALFARM_BROKER_URL)") from None
-        self.app = create_app(settings)
+        self._app = None
         self.store = store_for(url)
+        # the broker's Redis, when it is the run store's (the default): task messages go there without Celery
+        self.publisher = Publisher(self.store.r) if redis_broker(settings.broker_url) and \
+            settings.broker_url == url else None
         self._meta: dict[str, dict[str, Any]] = {}
         self._suspects: dict[str, set[str]] = {}  # run -> items nobody held at the last stall check
         self._slots_said: dict[str, str] = {}  # run -> the fleet-slot holding last said
         self._queues_said: dict[str, set[str]] = {}  # run -> queues said to have no consumer
+
+    @property
+    def app(self):
+        """Celery's app, built when first needed: provider batches, agent items, a non-Redis broker
+        (a plain run's batches go through ``publisher``; importing Celery costs ~0.12 s of CPU)."""
+        if self._app is None:
+            from .app import create_app
+
+            self._app = create_app(self.settings)
+        return self._app
+
+    def _send(self, task: str, args: list[Any], queue: str) -> None:
+        if self.publisher is not None:
+            self.publisher.send(task, args, queue)
+        else:
+            self.app.send_task(task, args=args, queue=queue)
+
+    @contextmanager
+    def _outbox(self, every: int = 64) -> Iterator[Callable[[str, list[Any], str], None]]:
+        """``send(task, args, queue)`` for a dispatch: through the publisher, ``every`` messages to a
+        round trip (the rest when the block ends without an error: a dispatch stopped by a cancel or a
+        lost lock sends no more), else through Celery's producer."""
+        if self.publisher is None:
+            with self.app.producer_or_acquire() as producer:
+                yield lambda task, args, queue: self.app.send_task(task, args=args, producer=producer, queue=queue)
+            return
+        waiting: list[tuple[str, list[Any], str]] = []
+
+        def send(task: str, args: list[Any], queue: str) -> None:
+            waiting.append((task, args, queue))
+            if len(waiting) >= every:
+                self.publisher.send_many(waiting)  # type: ignore[union-attr]
+                waiting.clear()
+
+        yield send
+        self.publisher.send_many(waiting)
 
     # -- submit ---------------------------------------------------------------------------
     def start(self, plan: Plan, engine: Engine | None = None, on_progress: ProgressFn | None = None) -> None:
@@ -218,10 +260,10 @@ class CeleryBackend:
         run_id = guard.run_id
         sent = 0
         try:
-            with self.app.producer_or_acquire() as producer:
+            with self._outbox() as send:
                 for seg in segments:
                     guard.check()
-                    self.app.send_task(RUN_BATCH, args=[run_id, [], seg], producer=producer, queue="provider")
+                    send(RUN_BATCH, [run_id, [], seg], "provider")
                     sent += 1
             ok, state = self.store.transition(run_id, "running", ("dispatching",))
             if not ok and state != "done":
@@ -283,20 +325,27 @@ class CeleryBackend:
         run_id = guard.run_id
         # fault injection for the crash tests: slow dispatch down so a coordinator can die mid-way
         delay = float(os.environ.get("EVALFARM_FAILPOINT_DISPATCH_DELAY_S", "0") or 0)
-        batches = route_spawn(self.settings, self.store, run_id, batches)  # agent items: one task each, spawn queue
-        batches = route_batches(self.app, self.store, run_id, batches, delay)  # batch: true items: provider batches
+        meta = self.store.get_meta(run_id)
+        if agent_adapters(meta):  # agent items: one task each, spawn queue
+            from .spawn import route_spawn
+
+            batches = route_spawn(self.settings, self.store, run_id, batches)
+        if batched_adapters(meta):  # batch: true items: provider batches
+            from .batches import route_batches
+
+            batches = route_batches(self.app, self.store, run_id, batches, delay)
         sent = 0
         try:
-            with self.app.producer_or_acquire() as producer:
+            with self._outbox(1 if delay else 64) as send:
                 for keys in batches:
                     guard.check()
-                    self.app.send_task(RUN_BATCH, args=[run_id, keys], producer=producer, queue="provider")
+                    send(RUN_BATCH, [run_id, keys], "provider")
                     sent += 1
                     if delay:
                         time.sleep(delay)
                 for keys in judge:
                     guard.check()
-                    self.app.send_task(JUDGE_BATCH, args=[run_id, keys], producer=producer, queue="judge")
+                    send(JUDGE_BATCH, [run_id, keys], "judge")
                     sent += 1
             ok, state = self.store.transition(run_id, "running", ("dispatching",))
             if not ok and state != "done":  # done: a small run's items were run and aggregated before this line
@@ -414,6 +463,7 @@ class CeleryBackend:
                 raise self.stopped_error(run_id, None if p.state == "?" else p.state)
             if not warned and p.executed == 0 and time.monotonic() - started > self.settings.idle_warning_s:
                 warned = True
+                from .batches import open_batches_line
                 waiting = open_batches_line(self.store, run_id)
                 if waiting:  # a provider batch may take hours: nothing is wrong, say what the run waits for
                     print(f"evalfarm: run {run_id} waits on {waiting}", file=sys.stderr, flush=True)
@@ -529,13 +579,14 @@ class CeleryBackend:
         try:
             self.store.release(run_id, "aggregate")
             if self.store.claim(run_id, "aggregate"):
-                self.app.send_task(AGGREGATE, args=[run_id], queue="aggregate")
+                self._send(AGGREGATE, [run_id], "aggregate")
         except Exception as exc:
             if not any(is_oom(e) for e in causes(exc)):
                 raise
             self.store.release(run_id, "aggregate")  # a full Redis: the next kick tries again
 
     def in_broker(self, run_id: str) -> set[str]:
+        from .spawn import spawn_keys_in_broker
         return keys_in_broker(self.store.r, run_id)[0] | spawn_keys_in_broker(self.settings, run_id)
 
     def open_items(self, run_id: str) -> tuple[int, int]:
@@ -551,6 +602,7 @@ class CeleryBackend:
             return (sum(seg_size(meta, s) for s in q - hands if not bit(bits, s)),
                     sum(seg_size(meta, s) for s in hands if not bit(bits, s)))
         queued, in_hands, _ = broker_keys(self.store.r, run_id)
+        from .spawn import spawn_keys_in_broker
         queued |= spawn_keys_in_broker(self.settings, run_id)
         carried = list(queued | in_hands)
         settled = self.store.done_keys(run_id, carried) | self.store.pending_among(run_id, carried)
@@ -561,6 +613,7 @@ class CeleryBackend:
         """(one line per provider batch of the run, items an unfinished batch holds that are not done)."""
         from .batches import batch_records, lines
 
+        from .batches import keys_in_open_batches
         held = list(keys_in_open_batches(self.store, run_id))
         return lines(batch_records(self.store, run_id)), len(held) - len(self.store.done_keys(run_id, held))
 
@@ -588,6 +641,7 @@ class CeleryBackend:
         keys = list(self.store.iter_item_keys(run_id))
         done = self.store.done_keys(run_id, keys)
         pending = set(self.store.pending_keys(run_id))
+        from .batches import keys_in_open_batches
         queued = self.in_broker(run_id) | keys_in_open_batches(self.store, run_id)  # a provider batch holds them
         missing = [k for k in keys if k not in done and k not in pending and k not in queued]
         judge_missing = sorted(k for k in pending if k not in done and k not in queued)
@@ -752,6 +806,7 @@ class CeleryBackend:
         if state == "running":  # dispatch is over: is anything left that a cancel would stop?
             queued, unacked, _ = broker_keys(self.store.r, run_id)
             # an agent in a spawn worker's hands is stopped by the cancel (cancel_watch): not too late for it
+            from .spawn import spawn_keys_in_hands
             agents = spawn_keys_in_hands(self.store.r, run_id)
             open_hands = unacked - self.store.done_keys(run_id, sorted(unacked)) - agents
             pending = set(self.store.pending_keys(run_id))
@@ -762,6 +817,7 @@ class CeleryBackend:
         ok, state = self.store.transition(run_id, "cancelled", LIVE_STATES, cancelled_at_done=done)
         if ok:
             try:  # the open provider batches, at the provider, now (else a worker's next poll does it)
+                from .batches import cancel_open
                 cancel_open(self.store, run_id)
             except Exception as exc:
                 say(f"run {run_id}: could not cancel its provider batches from here ({redact(str(exc))[:200]}); "

@@ -65,3 +65,12 @@ def full(r: redis.Redis) -> str | None:
         return None
     return (f"Redis is at its memory limit (used {mb(m['used'])} of maxmemory {mb(m['max'])}, "
             f"policy {m['policy']})")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """A write refused because Redis reached maxmemory (alone, in a pipeline or in a MULTI)."""
+    if isinstance(exc, getattr(redis.exceptions, "OutOfMemoryError", ())):
+        return True
+    text = str(exc)
+    return isinstance(exc, redis.exceptions.ResponseError) and (
+        "OOM" in text or "maxmemory" in text or isinstance(exc, redis.exceptions.ExecAbortError))

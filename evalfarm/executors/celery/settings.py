@@ -83,14 +83,18 @@ def check_archive(url: str | None) -> str | None:
     return os.path.abspath(url)
 
 
+def _transport_aliases():
+    from kombu.transport import TRANSPORT_ALIASES  # kombu only for a broker that is not Redis
+
+    return TRANSPORT_ALIASES
+
+
 def check_broker_url(url: str, store_url: str | None) -> None:
     """A broker URL names a Celery transport, and the run store is Redis: one line naming the URL
     otherwise (``--broker http://...`` is about the broker, not about EVALFARM_STORE_URL)."""
-    from kombu.transport import TRANSPORT_ALIASES
-
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     base = scheme.split("+", 1)[0]
-    if base not in TRANSPORT_ALIASES and base not in REDIS_SCHEMES:
+    if base not in REDIS_SCHEMES and base not in _transport_aliases():
         shown = f"{scheme}://" if scheme else "a URL without a scheme"
         raise UsageError(f"--broker {redact(url)}: not a broker URL ({shown} is not a Celery transport); "
                          "the farm runs on Redis: --broker redis://HOST:6379/0 (rediss:// for TLS)")

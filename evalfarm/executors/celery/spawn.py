@@ -49,6 +49,7 @@ from .broker_scan import PRIORITY_SEP, _decode
 from .heartbeat import KEY_PREFIX
 from .pools import Pool
 from .redis_tls import split_tls
+from .routing import agent_adapters
 from .settings import FarmSettings, check_redis_url
 from .store import store_for
 from .tasks import until_done
@@ -85,12 +86,6 @@ def _spawn_app(settings: FarmSettings) -> Celery:
         if url not in _APPS:
             _APPS[url] = create_app(spawn_settings(settings))
         return _APPS[url]
-
-
-def agent_adapters(meta: dict[str, Any] | None) -> set[str]:
-    """The run's adapters that are coding agents (their items go to the spawn queue)."""
-    adapters = ((meta or {}).get("spec") or {}).get("adapters") or []
-    return {a["id"] for a in adapters if isinstance(a, dict) and a.get("provider") == "agent"}
 
 
 def route_spawn(settings: FarmSettings, store: RunStore, run_id: str,

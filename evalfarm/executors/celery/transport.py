@@ -26,20 +26,12 @@ from kombu.transport import virtual
 from kombu.utils.json import dumps
 
 from ...logs import get_logger
+from .room import is_oom
 
 log = get_logger("evalfarm.broker")
 FIX = ("Redis is out of memory (maxmemory, policy noeviction): raise maxmemory "
        "(redis-cli CONFIG SET maxmemory ...) or free memory; workers keep their tasks and retry")
 LOG_EVERY_S = 10.0
-
-
-def is_oom(exc: BaseException) -> bool:
-    """A write refused because Redis reached maxmemory (alone, in a pipeline or in a MULTI)."""
-    if isinstance(exc, getattr(redis.exceptions, "OutOfMemoryError", ())):
-        return True
-    text = str(exc)
-    return isinstance(exc, redis.exceptions.ResponseError) and (
-        "OOM" in text or "maxmemory" in text or isinstance(exc, redis.exceptions.ExecAbortError))
 
 
 class QoS(kombu_redis.QoS):

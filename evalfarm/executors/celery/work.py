@@ -131,20 +131,28 @@ def context_for(store: RunStore, run_id: str, store_url: str | None, blob_dir: s
     return ctx
 
 
-def _live_context(store, run_id: str, store_url: str | None, blob_dir: str | None):
-    """The run's context for a batch, or None when there is nothing to do: the run is unknown to this
-    store (logged) or cancelled."""
+STOPPED = ("cancelled", "failed")  # a batch of a run in either state is dropped; ``resume`` dispatches it again
+
+
+def _known_context(store, run_id: str, store_url: str | None, blob_dir: str | None):
+    """The run's context for a batch, or None (logged) when this store does not know the run."""
     ctx = context_for(store, run_id, store_url, blob_dir)
     if ctx is None:
         log.warning("batch_for_unknown_run", run_id=run_id)
-        return None
-    return None if _cancelled(store, run_id) else ctx
+    return ctx
+
+
+def _live_context(store, run_id: str, store_url: str | None, blob_dir: str | None):
+    """The run's context for a batch, or None when there is nothing to do: the run is unknown to this
+    store (logged) or cancelled."""
+    ctx = _known_context(store, run_id, store_url, blob_dir)
+    return None if ctx is None or _cancelled(store, run_id) else ctx
 
 
 def _cancelled(store: RunStore, run_id: str) -> bool:
     """Cancelled, or stopped (failed: e.g. its spend records were lost): a batch is dropped, and
     ``resume`` dispatches its items again."""
-    return store.get_state(run_id) in ("cancelled", "failed")
+    return store.get_state(run_id) in STOPPED
 
 
 def _record(store: RunStore, ctx: RunContext, run_id: str, outcomes: list[Outcome],
@@ -294,14 +302,13 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     (``resume`` runs them again) and their start is not counted as a dead worker's. ``hand_on`` (spawn
     tasks) sees each called item's outcome first: True means it was sent to another attempt (an infra
     failure retried on the queue), so it is not recorded."""
-    ctx = _live_context(store, run_id, store_url, blob_dir)
+    ctx = _known_context(store, run_id, store_url, blob_dir)
     if ctx is None:
         return 0
-    done = store.done_keys(run_id, keys)
-    open_keys = [k for k in keys if k not in done]
-    pending = store.pending_among(run_id, open_keys)
-    todo = [k for k in open_keys if k not in pending]
-    items = [Item.from_dict(json.loads(raw)) for raw in store.get_items(run_id, todo) if raw]
+    state, _, pending, raws = store.batch_view(run_id, keys)  # one round trip
+    if state in STOPPED:
+        return 0
+    items = [Item.from_dict(json.loads(raws[k])) for k in keys if k in raws]
     engine = ctx.engine
     deaths: dict[str, int] = {}
     if starts:
