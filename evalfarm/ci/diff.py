@@ -29,7 +29,7 @@ from typing import Any
 from ..core.verdict import case_verdict, item_passed
 from ..runs.archive import require_complete
 from ..runs.registry import DB_NAME, Registry, resolve_ref
-from ..runs.trust import load_trusted
+from ..runs.report_pass import read_pass
 
 CLASSES = ("regressed", "fixed", "still_broken", "stable")
 EXACT_BELOW = 25  # discordant pairs: exact binomial below, chi-square (continuity corrected) from here
@@ -97,6 +97,25 @@ def case_trials(report: dict[str, Any]) -> dict[tuple[str, str], list[bool | Non
     return trials
 
 
+class CaseTrials:
+    """``case_trials`` fed one outcome at a time (a report read as a stream): ``rechecked`` takes the
+    verdicts decided again, else the stored ones. The compact per-case map a comparison needs."""
+
+    def __init__(self, rechecked: bool = False) -> None:
+        self.trials: dict[tuple[str, str], list[bool | None]] = {}
+        self.rechecked = rechecked
+
+    def add(self, o: dict[str, Any], new: dict[str, Any] | None) -> None:
+        x = new if self.rechecked else o
+        key = (x["adapter"], x["prompt_id"])
+        verdict = item_passed(x)
+        got = self.trials.get(key)
+        if got is None:
+            self.trials[key] = [verdict]
+        else:
+            got.append(verdict)
+
+
 def pass_rate_interval(pairs: list[tuple[str, list[bool | None], list[bool | None]]], alpha: float) -> dict[str, Any]:
     """The paired, task-clustered interval of the pass-rate change (b minus a) over cases: each of
     ``pairs`` is (case, a's trial verdicts, b's). A case is one cluster whatever adapters ran it
@@ -161,9 +180,11 @@ def mcnemar(regressed: int, fixed: int) -> dict[str, Any]:
             "p_value": _sig(math.erfc(math.sqrt(chi2 / 2)))}
 
 
-def compare_cases(a: dict[str, Any], b: dict[str, Any], alpha: float = 0.05) -> dict[str, Any]:
-    """Classify the shared cases of a (before) and b (after) and test the change in pass rate."""
-    ta, tb = case_trials(a), case_trials(b)
+def compare_cases(a: dict[str, Any], b: dict[str, Any], alpha: float = 0.05, trials: tuple | None = None
+                  ) -> dict[str, Any]:
+    """Classify the shared cases of a (before) and b (after) and test the change in pass rate.
+    ``trials``: their ``case_trials``, when the reports were streamed (then a and b are their heads)."""
+    ta, tb = trials if trials is not None else (case_trials(a), case_trials(b))
     va, vb = {c: case_verdict(v) for c, v in ta.items()}, {c: case_verdict(v) for c, v in tb.items()}
     pairing = case_pairing(a, b)
     trial_pairs: dict[str, list[tuple[str, list[bool | None], list[bool | None]]]] = {}
@@ -260,11 +281,13 @@ def diff_output(a_ref: str, b_ref: str, tolerance: float, alpha: float, state_di
     """The diff JSON: per-adapter deltas (diff_reports), the case comparison, the prompts."""
 
     pa, pb = resolve_ref(a_ref, state_dir), resolve_ref(b_ref, state_dir)
-    ta, tb = load_trusted(pa, state_dir, "diff"), load_trusted(pb, state_dir, "diff")  # edited: exit 2
+    # each streamed once, keeping its case verdicts only (an edited report is exit 2: runs.trust)
+    ra, rb = read_pass(pa, state_dir, "diff", CaseTrials), read_pass(pb, state_dir, "diff", CaseTrials)
+    ta, tb = ra.trusted, rb.trusted
     a, b = require_complete(ta.report, str(pa)), require_complete(tb.report, str(pb))
     result = diff_reports(a, b, tolerance)
     result["notes"] = ta.notes + [n for n in tb.notes if n not in ta.notes]
-    result["cases"] = compare_cases(a, b, alpha)
+    result["cases"] = compare_cases(a, b, alpha, (ra.sink.trials, rb.sink.trials))
     prompts = {"a": None, "b": None, "changed_under_same_version": False}
     if (Path(state_dir) / DB_NAME).is_file():
         reg = Registry(state_dir)

@@ -135,10 +135,12 @@ def _regressions(cases: dict[str, Any] | None, max_regressions: int, flaky: Flak
 
 
 def evaluate(report: dict[str, Any], thresholds: Thresholds, baseline: dict[str, Any] | None = None,
-             baseline_name: str | None = None, flaky: Flaky | None = None, strict: bool = False) -> GateResult:
+             baseline_name: str | None = None, flaky: Flaky | None = None, strict: bool = False,
+             trials: tuple | None = None) -> GateResult:
     """Apply the three brakes to ``report`` (a stored run) against ``baseline`` (another one).
-    ``flaky``: the run's known flaky cases; ``strict`` counts them as regressions too."""
-    cases = compare_cases(baseline, report) if baseline is not None else None
+    ``flaky``: the run's known flaky cases; ``strict`` counts them as regressions too. ``trials``:
+    (the baseline's, the run's) ``case_trials`` when both were streamed (then they are heads)."""
+    cases = compare_cases(baseline, report, trials=trials) if baseline is not None else None
     brakes = [_floor(report, thresholds), _drop(report, baseline, thresholds.max_drop),
               _regressions(cases, thresholds.max_regressions, flaky, strict)]
     notes = []

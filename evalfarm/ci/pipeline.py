@@ -33,26 +33,42 @@ def trusted_report(path: Path, state_dir: Path, use: str, where: str | None = No
     return r.report, list(t.notes)
 
 
-def baseline_for(name: str | None, default: str | None, state_dir: Path):
-    """(name, report, notes) of the baseline to compare with: ``name`` (a baseline name or any run
-    reference) must exist; ``default`` (the spec name) is used when it does. The report is checked
-    like any gate input and its verdicts are decided again (a baseline edited to look worse would
-    make a regression look like none)."""
-
+def baseline_path(name: str | None, default: str | None, state_dir: Path) -> tuple[str, Path, str | None] | None:
+    """(name, report path, what to call it) of the baseline to compare with: ``name`` (a baseline name
+    or any run reference) must exist; ``default`` (the spec name) is used when it does; else None."""
     if name:
         if Registry(state_dir).baseline(name) is not None:
-            return (name, *trusted_report(resolve_ref(BASELINE_PREFIX + name, state_dir), state_dir, "gate",
-                                          f"baseline {name!r}"))
+            return name, resolve_ref(BASELINE_PREFIX + name, state_dir), f"baseline {name!r}"
         try:
             path = resolve_ref(name, state_dir)
         except UsageError:
             raise UsageError(f"--baseline {name}: no baseline of that name and no such run in {state_dir}; "
                              "see 'evalfarm ls --baselines'") from None
-        return (name, *trusted_report(path, state_dir, "gate"))
+        return name, path, None
     if default and Registry(state_dir).baseline(default) is not None:
-        return (default, *trusted_report(resolve_ref(BASELINE_PREFIX + default, state_dir), state_dir, "gate",
-                                         f"baseline {default!r}"))
-    return None, None, []
+        return default, resolve_ref(BASELINE_PREFIX + default, state_dir), f"baseline {default!r}"
+    return None
+
+
+def baseline_for(name: str | None, default: str | None, state_dir: Path):
+    """(name, report, notes) of the baseline to compare with (``baseline_path``). The report is checked
+    like any gate input and its verdicts are decided again (a baseline edited to look worse would
+    make a regression look like none)."""
+    found = baseline_path(name, default, state_dir)
+    if found is None:
+        return None, None, []
+    return (found[0], *trusted_report(found[1], state_dir, "gate", found[2]))
+
+
+def streamed_report(path: Path, state_dir: Path, use: str, where: str | None, make_sink) -> tuple[Any, ...]:
+    """``trusted_report`` read in one pass (``runs.report_pass``): (the report's head with its verdicts
+    and figures decided again, the notes, the sink fed each outcome)."""
+    from ..runs.report_pass import read_pass
+
+    p = read_pass(path, state_dir, use, make_sink, recheck=True)
+    require_complete(p.trusted.report, where or str(path))
+    r = p.trusted.rechecked or p.verdicts()
+    return r.report, list(p.trusted.notes), p.sink
 
 
 def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, thresholds: Thresholds | None,

@@ -29,34 +29,54 @@ def _reason(o: dict[str, Any]) -> str:
     return "; ".join(dict.fromkeys(parts)) or "failed"
 
 
-def junit_xml(report: dict[str, Any], gate: GateResult | None = None) -> bytes:
-    cases: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for o in report.get("outcomes") or []:
-        cases.setdefault(o["adapter"], {}).setdefault(o["prompt_id"], []).append(o)
+class JunitCases:
+    """What the JUnit file needs of each (adapter, case), fed one outcome at a time: the summed
+    latency, the trial count, and the failed and errored trials' reasons (a streamed report's
+    outcomes are not kept). ``rechecked``: take the verdicts decided again (as the gate does)."""
+
+    def __init__(self, rechecked: bool = True) -> None:
+        self.cases: dict[str, dict[str, list[Any]]] = {}
+        self.rechecked = rechecked
+
+    def add(self, o: dict[str, Any], new: dict[str, Any] | None = None) -> None:
+        o = new if self.rechecked and new is not None else o
+        case = self.cases.setdefault(o["adapter"], {}).get(o["prompt_id"])
+        if case is None:
+            case = self.cases[o["adapter"]][o["prompt_id"]] = [0, 0, [], []]
+        case[0] += o.get("latency_ms") or 0
+        case[1] += 1
+        verdict = item_passed(o)
+        if verdict is not True:
+            case[2 if verdict is False else 3].append((o["trial"], _reason(o)))
+
+
+def junit_xml(report: dict[str, Any], gate: GateResult | None = None, cases: JunitCases | None = None) -> bytes:
+    """``cases``: the report's outcomes as ``JunitCases`` collected them (a streamed report); default:
+    from its ``outcomes``."""
+    if cases is None:
+        cases = JunitCases(rechecked=False)
+        for o in report.get("outcomes") or []:
+            cases.add(o)
     root = ET.Element("testsuites", name=f"evalfarm {report.get('spec_name', '')}".strip())
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for adapter, by_case in cases.items():
+    for adapter, by_case in cases.cases.items():
         suite = ET.SubElement(root, "testsuite", name=f"{report.get('spec_name', 'evalfarm')}.{adapter}")
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-        for case_id, outcomes in by_case.items():
+        for case_id, (latency_ms, trials, failed, errored) in by_case.items():
             counts["tests"] += 1
-            latency = sum(o.get("latency_ms") or 0 for o in outcomes) / 1000.0
+            latency = latency_ms / 1000.0
             tc = ET.SubElement(suite, "testcase", name=case_id, classname=f"{report.get('spec_name', 'evalfarm')}."
                                f"{adapter}", time=f"{latency:.3f}")
-            verdicts = [item_passed(o) for o in outcomes]
-            failed = [o for o, v in zip(outcomes, verdicts) if v is False]
-            errored = [o for o, v in zip(outcomes, verdicts) if v is None]
-            trials = len(outcomes)
             if failed:
                 counts["failures"] += 1
                 head = (f"{len(failed)} of {trials} trials failed (pass^{trials}): " if trials > 1 else "")
-                msg = head + _reason(failed[0])
+                msg = head + failed[0][1]
                 el = ET.SubElement(tc, "failure", message=msg[:1000], type="quality")
-                el.text = "\n".join(f"trial {o['trial']}: {_reason(o)}" for o in failed + errored)
+                el.text = "\n".join(f"trial {t}: {why}" for t, why in failed + errored)
             elif errored:
                 counts["errors"] += 1
-                el = ET.SubElement(tc, "error", message=_reason(errored[0])[:1000], type="runtime_error")
-                el.text = "\n".join(f"trial {o['trial']}: {_reason(o)}" for o in errored)
+                el = ET.SubElement(tc, "error", message=errored[0][1][:1000], type="runtime_error")
+                el.text = "\n".join(f"trial {t}: {why}" for t, why in errored)
         for k, v in counts.items():
             suite.set(k, str(v))
             totals[k] += v
@@ -87,8 +107,9 @@ def junit_xml(report: dict[str, Any], gate: GateResult | None = None) -> bytes:
     return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="utf-8") + b"\n"
 
 
-def write_junit(path: Path, report: dict[str, Any], gate: GateResult | None = None) -> None:
-    atomic_write(Path(path), junit_xml(report, gate))
+def write_junit(path: Path, report: dict[str, Any], gate: GateResult | None = None,
+                cases: JunitCases | None = None) -> None:
+    atomic_write(Path(path), junit_xml(report, gate, cases))
 
 
 def _pct(v: float | None) -> str:

@@ -65,6 +65,33 @@ def diff(run_a: str, run_b: str, tolerance: float, alpha: float, state_dir: Path
 
 
 
+class _GateSink:
+    """What gate keeps of each outcome of a streamed run: its case verdicts (decided again) when there
+    is a baseline to compare them with, and, with --junit, JUnit's per-case lines."""
+
+    def __init__(self, junit: bool, baseline_name: str | None, state_dir: Path) -> None:
+        from ..ci.diff import CaseTrials
+        from ..ci.reports import JunitCases
+
+        self.cases = CaseTrials(rechecked=True)
+        self.junit = JunitCases() if junit else None
+        self.baseline_name, self.state_dir, self.compared = baseline_name, state_dir, True
+
+    def start(self, head: dict) -> None:
+        from ..ci.pipeline import baseline_path
+
+        try:
+            self.compared = baseline_path(self.baseline_name, head.get("spec_name"), self.state_dir) is not None
+        except UsageError:  # said after the report's own checks, as ever
+            self.compared = True
+
+    def add(self, o: dict, new: dict | None) -> None:
+        if self.compared:
+            self.cases.add(o, new)
+        if self.junit is not None:
+            self.junit.add(o, new)
+
+
 @click.command()
 @click.argument("run_ref", metavar="RUN")
 @click.option("--baseline", "baseline_name", metavar="NAME",
@@ -84,11 +111,11 @@ def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_
     Exit 0 passed, 1 a brake failed, 3 nothing was measured in RUN.
     """
     from ..runs.archive import require_complete
-    from ..runs.trust import load_trusted, verdicts
-    from ..ci.diff import describe_cases
+    from ..runs.report_pass import read_pass
+    from ..ci.diff import CaseTrials, describe_cases
     from ..ci.flaky import known_flaky
     from ..ci.gate import evaluate
-    from ..ci.pipeline import baseline_for
+    from ..ci.pipeline import baseline_path, streamed_report
     from ..runs.registry import Registry, resolve_ref
     from ..runs.state import StateDir
     from ..ci.reports import pr_summary as render_summary, write_junit, write_pr_summary
@@ -96,7 +123,10 @@ def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_
     from ..spec.models import Thresholds
 
     path = resolve_ref(run_ref, state_dir)
-    trusted = load_trusted(path, state_dir, "gate")  # an edited report is exit 2 (runs.trust)
+    # one streamed pass: the hash checked (an edited report is exit 2: runs.trust), each verdict decided
+    # again from its output, and only the case verdicts (and JUnit's per-case lines) kept
+    run = read_pass(path, state_dir, "gate", lambda: _GateSink(bool(junit), baseline_name, state_dir), recheck=True)
+    trusted = run.trusted
     require_complete(trusted.report, str(path))
     if spec_path is not None:
         thresholds = load_spec(spec_path).thresholds
@@ -106,17 +136,23 @@ def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_
         except Exception as exc:
             raise UsageError(f"{path}: thresholds stored in the run are not valid ({exc}); pass --spec FILE") from None
     # the verdicts, figures and thresholds decided again from the outputs: never the stored flags
-    report = verdicts(trusted, thresholds if spec_path is not None else None).report
-    name, baseline, notes = baseline_for(baseline_name, report.get("spec_name"), state_dir)
+    report = run.verdicts(thresholds if spec_path is not None else None).report
+    found = baseline_path(baseline_name, report.get("spec_name"), state_dir)
+    name, baseline, notes, trials = None, None, [], None
+    if found is not None:
+        name = found[0]
+        baseline, notes, base_cases = streamed_report(found[1], state_dir, "gate", found[2],
+                                                      lambda: CaseTrials(rechecked=True))
+        trials = (base_cases.trials, run.sink.cases.trials)
     for note in [*trusted.notes, *notes]:
         click.echo(f"evalfarm: note: {note}", err=True)
     flaky = known_flaky(state_dir, report.get("run_id", "")) if baseline is not None else None
-    result = evaluate(report, thresholds, baseline, name, flaky, strict)
+    result = evaluate(report, thresholds, baseline, name, flaky, strict, trials)
     entry = Registry(state_dir).get(report.get("run_id", "")) if StateDir.of(state_dir).has_registry() else None
     if entry is not None:
         Registry(state_dir).set_gate(entry["run_id"], result.to_dict())
     if junit:
-        write_junit(junit, report, result)
+        write_junit(junit, report, result, run.sink.junit)
     if pr_summary:
         write_pr_summary(pr_summary, render_summary(report, result, baseline, (entry or {}).get("prompt"), str(path)))
     if as_json:

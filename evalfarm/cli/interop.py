@@ -112,6 +112,29 @@ def _report(run: str, state_dir: Path) -> tuple[dict[str, Any], str]:
     return trusted.report, str(path)
 
 
+def _export_rows(run: str, output: Path | None, state_dir: Path, fmt: str) -> None:
+    """The run's rows, written as its report is streamed (``runs.report_pass``) into a spool file: the
+    first byte goes out only once the whole report's hash is checked."""
+    import tempfile
+
+    from ..interop.rows import RowWriter
+    from ..runs.report_pass import read_pass
+
+    path = resolve_ref(run, state_dir)
+    with tempfile.TemporaryFile(prefix="evalfarm-export-") as spool:
+        def fresh() -> RowWriter:  # a report read whole after a streamed start begins again
+            spool.seek(0)
+            spool.truncate()
+            return RowWriter(spool, fmt)
+
+        p = read_pass(path, state_dir, "export", fresh)  # an edited report is exit 2 (runs.trust)
+        p.sink.flush()
+        for note in p.trusted.notes:
+            click.echo(f"evalfarm: note: {note}", err=True)
+        spool.seek(0)
+        _emit(iter(lambda: spool.read(1 << 20), b""), output)
+
+
 def _emit(chunks, output: Path | None) -> None:
     if output is None:
         out = sys.stdout.buffer
@@ -138,10 +161,7 @@ _output_option = click.option("-o", "--output", type=click.Path(path_type=Path),
 @state_dir_option
 def export_jsonl(run: str, output: Path | None, state_dir: Path) -> None:
     """One JSON object per item (RUN: a report path, run id, id prefix or baseline:NAME)."""
-    from ..interop.rows import jsonl_chunks, rows
-
-    report, source = _report(run, state_dir)
-    _emit(jsonl_chunks(rows(report)), output)
+    _export_rows(run, output, state_dir, "jsonl")
 
 
 @export_cmd.command("csv")
@@ -150,10 +170,7 @@ def export_jsonl(run: str, output: Path | None, state_dir: Path) -> None:
 @state_dir_option
 def export_csv(run: str, output: Path | None, state_dir: Path) -> None:
     """One CSV row per item, with a header; text that looks like a formula is prefixed with '."""
-    from ..interop.rows import csv_chunks, rows
-
-    report, source = _report(run, state_dir)
-    _emit(csv_chunks(rows(report)), output)
+    _export_rows(run, output, state_dir, "csv")
 
 
 @export_cmd.command("trajectory")

@@ -57,12 +57,7 @@ def _prompts(report: dict[str, Any]) -> dict[str, PromptSpec] | None:
         return None
     out = {}
     for i, p in enumerate(raw):
-        try:
-            prompt = PromptSpec.model_validate(p)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(x) for x in err["loc"])
-            raise RecheckError(f"prompts[{i}].{where}: {err['msg']}") from None
+        prompt = prompt_spec(i, p)
         out[prompt.id] = prompt
     return out
 
@@ -89,42 +84,48 @@ class _Mismatches:
             self.shown.append(text)
 
 
-def recheck(report: dict[str, Any], thresholds: Thresholds | None = None) -> Rechecked:
-    """``report`` (checked by ``core.report.schema``) with each item's verdict decided again and the
-    figures and thresholds from those; ``thresholds`` default to the ones stored in the report."""
-    prompts = _prompts(report)
-    own_thresholds = thresholds is None
-    judge = None
-    if report.get("judge") is not None:
-        try:
-            judge = JudgeSpec.model_validate(report["judge"])
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            raise RecheckError(f"judge.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
-    pass_score = judge.pass_score if judge else None
-    weight = judge.weight if judge else None
-    if thresholds is None:
-        try:
-            thresholds = Thresholds.model_validate(report.get("thresholds") or {})
-        except ValidationError as exc:
-            raise RecheckError(f"thresholds: {exc.errors()[0]['msg']}") from None
-    wrong = _Mismatches()
-    notes: list[str] = []
-    adapter_run = 0
-    adapters = list(report.get("adapters") or report.get("per_adapter") or [])
-    agg = Aggregator(adapters, report.get("trials") or 1, weight)
-    outcomes = []
-    for i, o in enumerate(report.get("outcomes") or []):
+def prompt_spec(i: int, raw: Any) -> PromptSpec:
+    """The ``i``-th prompt of a report's prompts section, validated (RecheckError naming the field)."""
+    try:
+        return PromptSpec.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise RecheckError(f"prompts[{i}].{where}: {err['msg']}") from None
+
+
+class Rechecker:
+    """``recheck`` one outcome at a time, for a report read as a stream: ``head`` is the report without
+    its outcomes (and prompts), ``prompt_of(id)`` the prompt an outcome answers (None: not in the
+    prompts section), or None for a report without a prompts section. Holds no outcome."""
+
+    def __init__(self, head: dict[str, Any], prompt_of: Any) -> None:
+        self.head, self.prompt_of = head, prompt_of
+        judge = None
+        if head.get("judge") is not None:
+            try:
+                judge = JudgeSpec.model_validate(head["judge"])
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                raise RecheckError(f"judge.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
+        self.pass_score = judge.pass_score if judge else None
+        self.wrong = _Mismatches()
+        self.adapter_run = 0
+        adapters = list(head.get("adapters") or head.get("per_adapter") or [])
+        self.agg = Aggregator(adapters, head.get("trials") or 1, judge.weight if judge else None)
+
+    def add(self, i: int, o: dict[str, Any]) -> dict[str, Any]:
+        """The ``i``-th outcome with its verdict decided again (counted in the figures)."""
         new = dict(o, checks=[_check(c) for c in o.get("checks") or []])
         if o.get("error"):
             new["passed"] = None
-        elif prompts is not None:
-            prompt = prompts.get(o["prompt_id"])
+        elif self.prompt_of is not None:
+            prompt = self.prompt_of(o["prompt_id"])
             if prompt is None:
                 raise RecheckError(f"outcomes[{i}] answers prompt {o['prompt_id'][:80]!r}, which the report's "
                                    "prompts section does not have")
             own = [c for c in new["checks"] if c["kind"] == "command"]
-            adapter_run += len(own)
+            self.adapter_run += len(own)
             ran_own = bool(own) or not prompt.check
             stored = [c for c in (o.get("checks") or []) if isinstance(c, dict) and c.get("kind") != "command"]
             figures = {"cost_usd": o.get("cost_usd"), "latency_ms": o.get("latency_ms"),
@@ -133,40 +134,69 @@ def recheck(report: dict[str, Any], thresholds: Thresholds | None = None) -> Rec
             golden, reason, checks = golden_verdict(prompt, o.get("output") or "", o.get("finish_reason"),
                                                     own if ran_own else None, figures)
             new.update(golden_passed=golden, golden_reason=reason, checks=checks)
-        out = decide(Outcome.from_dict(new), pass_score)
+        out = decide(Outcome.from_dict(new), self.pass_score)
         new.update(passed=out.passed, failure_mode=out.failure_mode)
         if not o.get("error"):
             where = f"outcomes[{i}] ({o['adapter'][:40]}/{o['prompt_id'][:40]} trial {o['trial']})"
             for key in ("golden_passed", "passed"):
                 if o.get(key) is not None and o.get(key) != new[key]:
-                    wrong.add(f"{where} says {key}: {str(o.get(key)).lower()} but its output "
-                              f"{'passes' if new[key] else 'fails'} ({new['golden_reason'][:80]})")
+                    self.wrong.add(f"{where} says {key}: {str(o.get(key)).lower()} but its output "
+                                   f"{'passes' if new[key] else 'fails'} ({new['golden_reason'][:80]})")
                     break
-        agg.add(new)
-        outcomes.append(new)
-    per_adapter = agg.figures()
-    for adapter, fig in per_adapter.items():
-        stored = (report.get("per_adapter") or {}).get(adapter) or {}
-        fig["error_examples"] = stored.get("error_examples") or {}
-        for key in _FIGURES:
-            if key in stored and _num(stored[key]) != _num(fig[key]):
-                wrong.add(f"per_adapter.{adapter[:40]}.{key} is {stored[key]} but its outcomes give {_num(fig[key])}")
-    failures = threshold_failures(per_adapter, thresholds)
-    empty = nothing_measured(per_adapter)
-    passed = not failures and not empty and not report.get("stopped")
-    if own_thresholds and bool(report.get("thresholds_passed")) != passed:
-        wrong.add(f"thresholds_passed is {str(report.get('thresholds_passed')).lower()} but its figures "
-                  f"{'meet' if passed else 'miss'} its thresholds")
-    if bool(report.get("nothing_measured")) != empty:
-        wrong.add(f"nothing_measured is {str(report.get('nothing_measured')).lower()} but its outcomes say "
-                  f"{str(empty).lower()}")
-    if prompts is None:
-        notes.append("the report has no prompts section (written before reports recorded the prompts as sent): "
-                     "its checks could not be run again; its verdicts follow its stored check results")
-    if adapter_run:
-        notes.append(f"{adapter_run} check result(s) the adapter ran itself (agents' check commands) and the "
-                     "judge's scores are taken as stored")
-    rechecked = {**report, "outcomes": outcomes, "per_adapter": per_adapter, "threshold_failures": failures,
-                 "thresholds_passed": passed, "nothing_measured": empty}
-    return Rechecked(rechecked, wrong.shown, wrong.count, prompts is not None, notes)
+        self.agg.add(new)
+        return new
 
+    def finish(self, outcomes: list[dict[str, Any]] | None = None, thresholds: Thresholds | None = None
+               ) -> Rechecked:
+        """The figures, thresholds and mismatches; ``outcomes``: the rechecked outcomes, when the
+        caller kept them (the report's ``outcomes`` then; else the report has none); ``thresholds``
+        default to the report's own. May be called again with other thresholds."""
+        report, notes = self.head, []
+        wrong = _Mismatches()
+        wrong.shown, wrong.count = list(self.wrong.shown), self.wrong.count
+        own_thresholds = thresholds is None
+        if thresholds is None:
+            try:
+                thresholds = Thresholds.model_validate(report.get("thresholds") or {})
+            except ValidationError as exc:
+                raise RecheckError(f"thresholds: {exc.errors()[0]['msg']}") from None
+        per_adapter = self.agg.figures()
+        for adapter, fig in per_adapter.items():
+            stored = (report.get("per_adapter") or {}).get(adapter) or {}
+            fig["error_examples"] = stored.get("error_examples") or {}
+            for key in _FIGURES:
+                if key in stored and _num(stored[key]) != _num(fig[key]):
+                    wrong.add(f"per_adapter.{adapter[:40]}.{key} is {stored[key]} but its outcomes give "
+                              f"{_num(fig[key])}")
+        failures = threshold_failures(per_adapter, thresholds)
+        empty = nothing_measured(per_adapter)
+        passed = not failures and not empty and not report.get("stopped")
+        if own_thresholds and bool(report.get("thresholds_passed")) != passed:
+            wrong.add(f"thresholds_passed is {str(report.get('thresholds_passed')).lower()} but its figures "
+                      f"{'meet' if passed else 'miss'} its thresholds")
+        if bool(report.get("nothing_measured")) != empty:
+            wrong.add(f"nothing_measured is {str(report.get('nothing_measured')).lower()} but its outcomes say "
+                      f"{str(empty).lower()}")
+        if self.prompt_of is None:
+            notes.append("the report has no prompts section (written before reports recorded the prompts as "
+                         "sent): its checks could not be run again; its verdicts follow its stored check results")
+        if self.adapter_run:
+            notes.append(f"{self.adapter_run} check result(s) the adapter ran itself (agents' check commands) and "
+                         "the judge's scores are taken as stored")
+        rechecked = {**report, "outcomes": outcomes if outcomes is not None else [], "per_adapter": per_adapter,
+                     "threshold_failures": failures, "thresholds_passed": passed, "nothing_measured": empty}
+        return Rechecked(rechecked, wrong.shown, wrong.count, self.prompt_of is not None, notes)
+
+
+def recheck(report: dict[str, Any], thresholds: Thresholds | None = None) -> Rechecked:
+    """``report`` (checked by ``core.report.schema``) with each item's verdict decided again and the
+    figures and thresholds from those; ``thresholds`` default to the ones stored in the report."""
+    prompts = _prompts(report)
+    r = Rechecker(report, prompts.get if prompts is not None else None)
+    if thresholds is None:  # checked before any outcome, as always
+        try:
+            Thresholds.model_validate(report.get("thresholds") or {})
+        except ValidationError as exc:
+            raise RecheckError(f"thresholds: {exc.errors()[0]['msg']}") from None
+    outcomes = [r.add(i, o) for i, o in enumerate(report.get("outcomes") or [])]
+    return r.finish(outcomes, thresholds)

@@ -23,10 +23,11 @@ from typing import Any
 import yaml
 
 from ..errors import SpecError
+from ..spec.models import IMAGE_MAX_BYTES
 from ..spec.sourcemap import dotted, line_for, load_yaml, read_text
 from .promptfoo_asserts import Refused, map_assert
 from .promptfoo_csv import tests_from_csv
-from .promptfoo_images import image_url, lift_inline_images, user_parts
+from .promptfoo_images import IMAGE_FILES, chat_content, render_images, sniff_image
 from .promptfoo_providers import _GEMINI_PARAMS, BROAD_KEYS, fill_body_vars, provider_family
 from .template import TemplateUnsupported, is_partial, line_of, prepare_vars, render, render_prompt, variables
 
@@ -49,8 +50,6 @@ _PARAMS = {"temperature", "max_tokens", "max_completion_tokens", "top_p", "seed"
 _DROPPED = {"stream": "evalfarm reads the whole answer; streaming changes the transport, not the text",
             "usage_tier": "promptfoo uses it only to price the call; set the adapter's price"}
 _TEXT_FILES = {".txt", ".md", ".j2"}
-_IMAGE_FILES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
-_IMAGE_MAX = 8 * 2**20  # bytes; a larger image var is refused
 _CODE_FILES = {".py", ".js", ".mjs", ".cjs", ".ts", ".mts", ".cts", ".sh", ".bash", ".rb", ".pl", ".exe", ".bat",
                ".cmd", ".ps1"}
 
@@ -87,10 +86,10 @@ class _Template:
     path: str
     line: int | None
     chat: bool = False
+    images: list[dict[str, str]] = field(default_factory=list)  # image parts' templates: {"url"} or {"data", "media_type"}
     default: bool = False  # the config has no prompts: promptfoo sends each test's ``prompt`` var
     ref: str | None = None  # the prompt's id and label as the config wrote them (a provider's ``prompts``
     given_label: str | None = None  # names one of them)
-    images: list[str] = field(default_factory=list)  # image templates of a chat prompt (promptfoo_images)
 
 
 @dataclass
@@ -123,6 +122,7 @@ class PromptfooImporter:
         self._caveats: dict[Finding, None] = {}
         self._mapped: dict[tuple, str] = {}  # (file, line, field) of an assertion -> its type
         self._refused_asserts: dict[tuple, str] = {}
+        self._media: dict[str, str] = {}  # an image var's base64 (read from its file) -> its media type
         self._notes: list[str] = []
         self._notes_prompts: list[str] | None = None
         self._wanted: list[tuple[tuple, list[str] | None]] = []  # per imported adapter: (its loc, its prompts)
@@ -501,7 +501,7 @@ class PromptfooImporter:
 
     def _template(self, text: str, label: str, path: str, line: int | None, line_in_text: bool = True) -> _Template:
         """Check a prompt template once (not per test); a chat prompt becomes system + user."""
-        system, user, chat, images = None, text, False, []
+        system, user, chat = None, text, False
         if text.strip().startswith("- role:"):
             raise Refused("an inline YAML chat prompt is not supported: put the messages in a .yaml or .json file")
         try:
@@ -513,9 +513,14 @@ class PromptfooImporter:
                 raise Refused("a JSON prompt that is not a list of chat messages is not supported")
             system, user, images = _chat(parsed)
             chat = True
+            for image in images:
+                try:
+                    variables(image.get("url") or image.get("data") or "")
+                except TemplateUnsupported as exc:
+                    raise _Located(str(exc), path, line) from None
         elif is_partial(text):
             return _Template(label=label, user=user, system=None, path=path, line=line)  # sent as written
-        for part in (system, user, *images):
+        for part in (system, user):
             if part is None:
                 continue
             try:
@@ -523,7 +528,8 @@ class PromptfooImporter:
             except TemplateUnsupported as exc:
                 where = (line or 1) + line_of(part, exc.offset) - 1 if line_in_text and part is text else line
                 raise _Located(str(exc), path, where) from None
-        return _Template(label=label, user=user, system=system, path=path, line=line, chat=chat, images=images)
+        return _Template(label=label, user=user, system=system, path=path, line=line, chat=chat,
+                         images=images if chat else [])
 
     # ---- tests ------------------------------------------------------------------------------------
     def _default_test(self, doc: _Doc) -> tuple[_Test | None, dict[str, Any] | None]:
@@ -683,16 +689,21 @@ class PromptfooImporter:
                 return json.dumps(yaml.safe_load(self._read(path)), ensure_ascii=False, separators=(",", ":"))
             except yaml.YAMLError as exc:
                 raise Refused(f"{path.name}: invalid YAML ({type(exc).__name__})") from None
-        if suffix in _IMAGE_FILES:  # promptfoo loads an image var as base64 (an image part wraps it)
+        if suffix in IMAGE_FILES:  # promptfoo loads an image var as its base64
             try:
-                size = path.stat().st_size
-                if size > _IMAGE_MAX:
-                    raise Refused(f"{path.name}: an image var over {_IMAGE_MAX // 2**20} MiB is not imported")
-                return base64.b64encode(path.read_bytes()).decode()
+                raw = path.read_bytes() if path.stat().st_size <= IMAGE_MAX_BYTES else None
             except OSError as exc:
                 raise Refused(f"{path.name}: cannot read ({exc.strerror})") from None
+            if raw is None:
+                raise Refused(f"{path.name}: an image var larger than {IMAGE_MAX_BYTES // 2**20} MB")
+            media = sniff_image(raw)
+            if media is None:
+                raise Refused(f"{path.name}: not a JPEG, PNG, GIF or WebP image")
+            data = base64.b64encode(raw).decode("ascii")
+            self._media[data] = media
+            return data
         if suffix in (".pdf", ".mp3", ".wav", ".mp4"):
-            raise Refused(f"{path.name}: media vars other than images (.png, .jpg, .gif, .webp) are not supported")
+            raise Refused(f"{path.name}: media vars other than images are not supported")
         return self._read(path).strip()
 
     # ---- rendering -----------------------------------------------------------------------------------
@@ -746,24 +757,15 @@ class PromptfooImporter:
                                               "there is nothing to send", sub="vars"))
             return None
         values = prepare_vars(combo)
-        system, images = None, []
+        system = None
         try:
             if tpl.chat:
                 user, missing = render(tpl.user, values)
                 if tpl.system is not None:
                     system, more = render(tpl.system, values)
                     missing += more
-                for image in tpl.images:
-                    url, more = render(image, values)
-                    missing += more
-                    try:
-                        images.append(image_url(url))
-                    except ValueError as exc:
-                        self.refuse(test.doc.at(test.loc, str(exc), sub="vars"))
-                        return None
             else:  # promptfoo renders prefix + template + suffix as one template
                 user, missing = render_prompt(f"{test.prefix}{tpl.user}{test.suffix}", values)
-                user, images = lift_inline_images(user)
         except TemplateUnsupported as exc:
             self.refuse(test.doc.at(test.loc, str(exc), sub="vars"))
             return None
@@ -771,6 +773,11 @@ class PromptfooImporter:
             self.caveat(Finding(tpl.path, tpl.line, "prompts",
                                 f"variable(s) {', '.join(sorted(set(missing)))} have no value in some tests; "
                                 "rendered empty, as promptfoo does"))
+        try:
+            user, images = render_images(tpl.images, user, values, self._media)
+        except Refused as exc:
+            self.refuse(test.doc.at(test.loc, str(exc), sub="vars"))
+            return None
         prompt: dict[str, Any] = {"id": pid, "text": user}
         if system is not None:
             prompt["system"] = system
@@ -829,19 +836,20 @@ def maybe_file_path(text: str) -> bool:
             or text[-3:-2] == "." or text[-4:-3] == "." or any(c in text for c in "*/\\"))
 
 
-def _chat(messages: list) -> tuple[str | None, str, list[str]]:
-    """A chat prompt as (system, user text, image templates); the images come from the user message's
-    parts in any of promptfoo's shapes (see promptfoo_images)."""
-    if not all(isinstance(m, dict) and isinstance(m.get("role"), str)
-               and (isinstance(m.get("content"), str) or (m.get("role") == "user" and isinstance(m.get("content"), list)))
+def _chat(messages: list) -> tuple[str | None, str, list[dict[str, str]]]:
+    """(system, user text, the user message's image templates) of a JSON chat prompt."""
+    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), (str, list))
                for m in messages):
-        raise Refused("a chat prompt must be a list of {role, content} messages with string content (or text "
-                      "and image parts in the user message)")
+        raise Refused("a chat prompt must be a list of {role, content} messages with string content or content "
+                      "parts (text and images)")
     roles = [m["role"] for m in messages]
     if roles == ["user"]:
-        return (None, *user_parts(messages[0]["content"]))
+        return (None, *chat_content(messages[0]["content"]))
     if roles == ["system", "user"]:
-        return (messages[0]["content"], *user_parts(messages[1]["content"]))
+        system, images = chat_content(messages[0]["content"])
+        if images:
+            raise Refused("an image in a system message is not supported: put it in the user message")
+        return (system, *chat_content(messages[1]["content"]))
     raise Refused(f"a chat prompt with roles {roles}: evalfarm sends one optional system message and "
                   "one user message")
 

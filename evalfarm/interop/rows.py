@@ -39,6 +39,37 @@ def rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [row_of(report["run_id"], o) for o in report["outcomes"]]
 
 
+class RowWriter:
+    """The rows of a report read as a stream, written to ``out`` (a binary file) as its outcomes
+    arrive, as JSONL or CSV: the same bytes as ``jsonl_chunks``/``csv_chunks`` of ``rows``."""
+
+    def __init__(self, out: Any, fmt: str, batch: int = 500) -> None:
+        self.out, self.fmt, self.batch, self.n = out, fmt, batch, 0
+        self.run_id = ""
+        self.buf = io.StringIO()
+        self.writer = csv.writer(self.buf, quoting=csv.QUOTE_MINIMAL, lineterminator="\r\n")
+
+    def start(self, head: dict[str, Any]) -> None:
+        self.run_id = head["run_id"]
+        if self.fmt == "csv":
+            self.writer.writerow(COLUMNS)
+
+    def add(self, o: dict[str, Any], new: dict[str, Any] | None = None) -> None:
+        row = row_of(self.run_id, o)
+        if self.fmt == "jsonl":
+            self.buf.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+        else:
+            self.writer.writerow([csv_cell(row[c]) for c in COLUMNS])
+        self.n += 1
+        if self.n % self.batch == 0:
+            self.flush()
+
+    def flush(self) -> None:
+        self.out.write(self.buf.getvalue().encode("utf-8"))
+        self.buf.seek(0)
+        self.buf.truncate()
+
+
 def jsonl_chunks(items: Iterable[dict[str, Any]]) -> Iterator[bytes]:
     for row in items:
         yield (json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")

@@ -22,6 +22,8 @@ With ``--agent-script`` the agent protocols (mock/agents.py) own /v1/messages, /
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import math
 import re
@@ -45,39 +47,62 @@ class Asked:
     key: str | None  # the key as this protocol sends it (compared with --api-key)
 
 
-def _is_image(part: dict) -> bool:
-    """An image part in any wire's shape: OpenAI chat image_url, Anthropic image, Responses input_image,
-    Gemini inlineData/fileData, Bedrock Converse image."""
-    return (part.get("type") in ("image_url", "image", "input_image") or "inlineData" in part or "fileData" in part
-            or isinstance(part.get("image"), dict))
-
-
 def _text(content: Any) -> str:
+    """A message's text; each image part in it, checked in its protocol's shape, becomes a mark in the text
+    (``[image <shape> <media type> <n> bytes]`` or ``[image <shape> url <url>]``) that the echo repeats."""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):  # content blocks / parts (images are accepted and not read)
-        return "".join(str(c.get("text") or "") for c in content if isinstance(c, dict) and not _is_image(c))
+    if isinstance(content, list):  # content blocks / parts
+        return "".join(_image(c) or str(c.get("text") or "") for c in content if isinstance(c, dict))
     raise BadRequest("message content must be a string or a list of text blocks")
 
 
-def _short(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _short(v) for k, v in value.items()}
-    return value[:64] + "..." if isinstance(value, str) and len(value) > 64 else value
+_DATA_URL = re.compile(r"data:(image/[a-z]+);base64,([A-Za-z0-9+/]*={0,2})$")
 
 
-def image_parts(body: Any) -> list[dict[str, Any]]:
-    """The image parts of a request as sent (long strings cut), for /stats?requests=1 and tests."""
-    if not isinstance(body, dict):
-        return []
-    found = []
-    for key in ("messages", "contents", "input"):
-        items = body.get(key) if isinstance(body.get(key), list) else []
-        for m in items:
-            parts = (m.get("content") if "content" in m else m.get("parts")) if isinstance(m, dict) else None
-            if isinstance(parts, list):
-                found += [_short(p) for p in parts if isinstance(p, dict) and _is_image(p)]
-    return found
+def _b64(shape: str, media: Any, data: Any) -> str:
+    if not isinstance(media, str) or not media.startswith("image/") or not isinstance(data, str):
+        raise BadRequest(f"{shape}: an image needs a media type and base64 data")
+    try:
+        n = len(base64.b64decode(data, validate=True))
+    except (binascii.Error, ValueError):
+        raise BadRequest(f"{shape}: the image data is not base64") from None
+    return f" [image {shape} {media} {n} bytes] "
+
+
+def _url(shape: str, url: Any) -> str:
+    if not isinstance(url, str) or not re.match(r"https?://\S+$", url):
+        raise BadRequest(f"{shape}: an image url must be http(s)")
+    return f" [image {shape} url {url}] "
+
+
+def _image(c: dict[str, Any]) -> str | None:
+    """The mark of an image part in any protocol's shape; None for a part that is not an image."""
+    kind = c.get("type")
+    if kind == "image_url" or kind == "input_image":  # OpenAI chat ({url}) / Responses (the URL itself)
+        url = c.get("image_url")
+        url = url.get("url") if isinstance(url, dict) and kind == "image_url" else url
+        m = _DATA_URL.match(url) if isinstance(url, str) else None
+        return _b64(kind, m.group(1), m.group(2)) if m else _url(kind, url)
+    if kind == "image":  # Anthropic: a source, base64 or url
+        src = c.get("source") if isinstance(c.get("source"), dict) else {}
+        if src.get("type") == "url":
+            return _url("anthropic", src.get("url"))
+        if src.get("type") != "base64":
+            raise BadRequest("anthropic image: source.type must be base64 or url")
+        return _b64("anthropic", src.get("media_type"), src.get("data"))
+    inline = c.get("inline_data") or c.get("inlineData")
+    if isinstance(inline, dict):  # Gemini
+        return _b64("gemini", inline.get("mime_type") or inline.get("mimeType"), inline.get("data"))
+    ref = c.get("file_data") or c.get("fileData")
+    if isinstance(ref, dict):
+        return _url("gemini", ref.get("file_uri") or ref.get("fileUri"))
+    if isinstance(c.get("image"), dict):  # Bedrock Converse: {format, source: {bytes}}
+        fmt, src = c["image"].get("format"), c["image"].get("source")
+        if fmt not in ("png", "jpeg", "gif", "webp") or not isinstance(src, dict):
+            raise BadRequest("bedrock image: format must be png, jpeg, gif or webp, with source.bytes")
+        return _b64("bedrock", f"image/{fmt}", src.get("bytes"))
+    return None
 
 
 def _bearer(request: web.Request) -> str | None:

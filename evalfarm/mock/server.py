@@ -45,7 +45,7 @@ from typing import Any
 from aiohttp import web
 
 from . import native
-from .native import BadRequest, Protocol, image_parts
+from .native import BadRequest, Protocol
 
 JUDGE_MARKER = "EVALFARM-JUDGE"
 RUBRIC_MARKER = "EVALFARM-RUBRIC"
@@ -196,7 +196,7 @@ class MockProvider:
                             "path": request.path, "query": dict(request.query),
                             "headers": {k.lower(): v for k, v in request.headers.items()
                                         if k.lower() in ("anthropic-version", "content-type")},
-                            "body": body if proto.name != "openai" else None, "images": image_parts(body),
+                            "body": body if proto.name != "openai" else None,
                             "system": "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
                             or None})
         self.asked[user if isinstance(user, str) else json.dumps(user)] += 1

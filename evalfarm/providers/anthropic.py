@@ -8,8 +8,7 @@ import json
 from typing import Any
 
 from .openai import OpenAIAdapter, openai_judge
-from .parts import anthropic_content
-from .wire import Wire, bad, renamed, split_system, tokens, tool_text
+from .wire import Wire, bad, parts_of, renamed, split_system, tokens, tool_text
 
 BASE_URL = "https://api.anthropic.com/v1"
 API_VERSION = "2023-06-01"
@@ -34,8 +33,8 @@ class AnthropicWire(Wire):
         params = renamed(params, {"stop": "stop_sequences", "max_completion_tokens": "max_tokens"})
         if isinstance(params.get("stop_sequences"), str):
             params["stop_sequences"] = [params["stop_sequences"]]
-        body: dict[str, Any] = {"model": ep.model, "max_tokens": DEFAULT_MAX_TOKENS, "messages": [
-            {**m, "content": anthropic_content(m["content"])} for m in rest], **params}
+        body: dict[str, Any] = {"model": ep.model, "max_tokens": DEFAULT_MAX_TOKENS,
+                                "messages": [{**m, "content": _blocks(m["content"])} for m in rest], **params}
         if system is not None:
             body["system"] = system
         return json.dumps(body).encode()
@@ -50,6 +49,16 @@ class AnthropicWire(Wire):
             raise bad("not an Anthropic message", data) from None
         t_in, t_out = tokens(data.get("usage"), ("input_tokens", "output_tokens"))
         return text, "length" if stop == "max_tokens" else "stop", t_in, t_out
+
+
+def _blocks(content: Any) -> Any:
+    """Anthropic's content blocks for a message with images (text blocks and image blocks: base64 or url)."""
+    if isinstance(content, str):
+        return content
+    text, images = parts_of(content)
+    return ([{"type": "text", "text": text}] if text else []) + [
+        {"type": "image", "source": {"type": "url", "url": im.url} if im.url else
+         {"type": "base64", "media_type": im.media_type, "data": im.data}} for im in images]
 
 
 class AnthropicAdapter(OpenAIAdapter):

@@ -29,7 +29,6 @@ from ..engine.budget import BudgetExhausted, SpendGuard, _GUARD
 from ..spec.models import PromptSpec
 from .batch_wire import BatchClient, BatchState, LineResult
 from .errors import ProviderError, TransportError
-from .parts import user_content
 
 
 class BatchLineFailed(Exception):
@@ -211,7 +210,7 @@ class BatchedAdapter:
 
         ep = self.inner.endpoint
         messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + \
-                   [{"role": "user", "content": user_content(prompt.text, prompt.images)}]
+                   [{"role": "user", "content": prompt.text}]
         body = ep.wire.body(ep, messages, dict(ep.params))
         started = time.perf_counter()
         try:

@@ -11,8 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .openai import OpenAIAdapter, openai_judge
-from .parts import bedrock_content
-from .wire import Wire, bad, renamed, split_system, tokens, tool_text
+from .wire import Wire, bad, parts_of, renamed, split_system, tokens, tool_text
 
 _INFERENCE = {"max_tokens": "maxTokens", "max_completion_tokens": "maxTokens", "top_p": "topP",
               "stop": "stopSequences", "temperature": "temperature"}
@@ -55,6 +54,17 @@ def bedrock_base(region: str) -> str:
     return f"https://bedrock-runtime.{region}.amazonaws.com"
 
 
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    """Converse content blocks: the text, then each image as bytes (base64 in JSON); Converse takes no URL."""
+    text, images = parts_of(content)
+    blocks: list[dict[str, Any]] = [{"text": text}] if text or not images else []
+    for im in images:
+        if im.url:
+            raise ValueError("Bedrock's Converse API takes an image's bytes, not a URL: give the image as data")
+        blocks.append({"image": {"format": str(im.media_type).split("/")[1], "source": {"bytes": im.data}}})
+    return blocks
+
+
 class BedrockWire(Wire):
     kind = "bedrock"
 
@@ -74,7 +84,7 @@ class BedrockWire(Wire):
                 extra[key] = value  # additionalModelRequestFields: the model's own options
         if isinstance(config.get("stopSequences"), str):
             config["stopSequences"] = [config["stopSequences"]]
-        body: dict[str, Any] = {"messages": [{"role": m["role"], "content": bedrock_content(m["content"])} for m in rest]}
+        body: dict[str, Any] = {"messages": [{"role": m["role"], "content": _blocks(m["content"])} for m in rest]}
         if system is not None:
             body["system"] = [{"text": system}]
         if config:

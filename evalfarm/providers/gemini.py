@@ -10,12 +10,12 @@ function calls in the answer become JSON text after any text (``wire.tool_text``
 from __future__ import annotations
 
 import json
+import mimetypes
 from typing import Any
 from urllib.parse import quote
 
 from .openai import OpenAIAdapter, openai_judge
-from .parts import gemini_parts
-from .wire import Wire, bad, renamed, split_system, tokens, tool_text
+from .wire import Wire, bad, parts_of, renamed, split_system, tokens, tool_text
 
 BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 _CONFIG = {"max_tokens": "maxOutputTokens", "max_completion_tokens": "maxOutputTokens", "top_p": "topP",
@@ -25,6 +25,14 @@ _CONFIG = {"max_tokens": "maxOutputTokens", "max_completion_tokens": "maxOutputT
 
 def vertex_base(project: str, region: str) -> str:
     return f"https://{region}-aiplatform.googleapis.com/v1/projects/{project}/locations/{region}"
+
+
+def _parts(content: Any) -> list[dict[str, Any]]:
+    """Gemini's parts: the text, then each image inline (base64) or by URI (``file_data``)."""
+    text, images = parts_of(content)
+    return ([{"text": text}] if text or not images else []) + [
+        {"file_data": {"mime_type": mimetypes.guess_type(im.url)[0] or "image/jpeg", "file_uri": im.url}} if im.url
+        else {"inline_data": {"mime_type": im.media_type, "data": im.data}} for im in images]
 
 
 class GeminiWire(Wire):
@@ -42,7 +50,7 @@ class GeminiWire(Wire):
         if isinstance(config.get("stopSequences"), str):
             config["stopSequences"] = [config["stopSequences"]]
         body: dict[str, Any] = {"contents": [{"role": "model" if m["role"] == "assistant" else "user",
-                                              "parts": gemini_parts(m["content"])} for m in rest]}
+                                              "parts": _parts(m["content"])} for m in rest]}
         for key in ("tools", "toolConfig", "systemInstruction"):  # request fields, not generation options
             if key in config:
                 body[key] = config.pop(key)

@@ -12,9 +12,8 @@ import re
 from typing import Any
 
 from .openai import OpenAIAdapter
-from .parts import text_only
 from ..spec.jsonpath import alternatives
-from .wire import Wire, bad
+from .wire import Wire, bad, no_images
 
 PROMPT = re.compile(r"\{\{\s*prompt\s*\}\}")
 def fill(value: Any, prompt: str) -> Any:
@@ -47,7 +46,7 @@ class HttpJsonWire(Wire):
         return out
 
     def body(self, ep: Any, messages: list[dict[str, str]], params: dict[str, Any]) -> bytes:
-        prompt = "\n\n".join(text_only(m["content"], "http") for m in messages)
+        prompt = "\n\n".join(no_images(m["content"], "the http provider") for m in messages)
         return json.dumps(fill(ep.http.body, prompt)).encode()
 
     def parse(self, ep: Any, data: Any) -> tuple[str, str, int, int]:
@@ -64,15 +63,15 @@ class HttpJsonWire(Wire):
         return text, "stop", t_in, t_out
 
 
+
 _MISSING = object()
 
 
 def _pick(expr: str, data: Any) -> Any:
     """The first alternative of ``response_path`` with a truthy value (JavaScript's ``||``); ``text`` is the
     answer as text. The last alternative's value is taken even when falsy; an error if it is missing."""
-    alts = alternatives(expr)
     value: Any = _MISSING
-    for alt in alts:
+    for alt in alternatives(expr):
         if alt is None:
             value = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
         else:
@@ -88,7 +87,6 @@ def _pick(expr: str, data: Any) -> Any:
     if value is _MISSING:
         raise bad(f"response_path {expr} not found in the answer", data)
     return value
-
 
 class HttpJsonAdapter(OpenAIAdapter):
     wire = HttpJsonWire()

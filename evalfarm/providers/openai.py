@@ -26,10 +26,9 @@ from ..spec.models import AdapterSpec, JudgeSpec, Price, PromptSpec
 from .access import key_for
 from .errors import BadResponse, ProviderError, error_for_status
 from .limits import Limiter, Limits, endpoint_id, limiter_for
-from .parts import user_content
 from .quota import exhausted_now, is_quota, refuse_if_exhausted
 from .retry import RetryPolicy, parse_retry_after, with_retries
-from .wire import OPENAI_CHAT, Wire
+from .wire import OPENAI_CHAT, Wire, user_content
 
 
 @dataclass(frozen=True)

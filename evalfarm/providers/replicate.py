@@ -15,8 +15,7 @@ from urllib.parse import quote
 
 from .errors import ServerError
 from .openai import OpenAIAdapter
-from .parts import text_only
-from .wire import Wire, bad, split_system, tokens
+from .wire import Wire, bad, no_images, split_system, tokens
 
 BASE_URL = "https://api.replicate.com/v1"
 
@@ -38,7 +37,7 @@ class ReplicateWire(Wire):
         params = dict(params)
         wrap = params.pop("prompt", None)
         wrap = wrap if isinstance(wrap, dict) else {}
-        user = text_only(next((m["content"] for m in reversed(rest) if m["role"] == "user"), ""), "replicate")
+        user = no_images(next((m["content"] for m in reversed(rest) if m["role"] == "user"), ""), "Replicate")
         data: dict[str, Any] = {"input": {**params, "prompt": f"{wrap.get('prefix') or ''}{user}"
                                                               f"{wrap.get('suffix') or ''}"}}
         if system is not None:

@@ -8,8 +8,7 @@ import json
 from typing import Any
 
 from .openai import OpenAIAdapter, openai_judge
-from .parts import responses_content
-from .wire import Wire, bad, renamed, split_system, tokens, tool_text
+from .wire import Wire, bad, parts_of, renamed, split_system, tokens, tool_text
 
 
 class ResponsesWire(Wire):
@@ -24,8 +23,8 @@ class ResponsesWire(Wire):
         params = renamed(params, {"max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens"})
         if "reasoning_effort" in params:
             params["reasoning"] = {"effort": params.pop("reasoning_effort")}
-        body: dict[str, Any] = {"model": ep.model, "input": [
-            {**m, "content": responses_content(m["content"])} for m in rest], **params}
+        body: dict[str, Any] = {"model": ep.model, "input": [{**m, "content": _input(m["content"])} for m in rest],
+                                **params}
         if system is not None:
             body["instructions"] = system
         return json.dumps(body).encode()
@@ -40,6 +39,15 @@ class ResponsesWire(Wire):
             raise bad("not a Responses API answer", data) from None
         t_in, t_out = tokens(data.get("usage"), ("input_tokens", "output_tokens"))
         return text, "length" if status == "incomplete" else "stop", t_in, t_out
+
+
+def _input(content: Any) -> Any:
+    """The Responses API's input parts for a message with images (``input_text``, ``input_image``)."""
+    if isinstance(content, str):
+        return content
+    text, images = parts_of(content)
+    return ([{"type": "input_text", "text": text}] if text else []) + [
+        {"type": "input_image", "image_url": im.url or f"data:{im.media_type};base64,{im.data}"} for im in images]
 
 
 class ResponsesAdapter(OpenAIAdapter):

@@ -9,6 +9,7 @@ key through unchanged, so a provider-specific option still reaches the provider.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from ..redact import redact
@@ -79,6 +80,57 @@ def tool_text(texts: list[str], calls: list[Any]) -> str:
     if not calls:
         return "".join(texts)
     return "\n\n".join([t for t in texts if t] + [json.dumps(c) for c in calls])
+
+
+def user_content(text: str, images: Any = ()) -> Any:
+    """A prompt's user content in OpenAI chat's terms: its text, or its parts when it has images (text first,
+    then each image as an ``image_url``: its URL, or a data: URL of its base64). Every other wire reads these
+    parts back (``parts_of``) into its own shape."""
+    if not images:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    for im in images:
+        url = im.url if im.url is not None else f"data:{im.media_type};base64,{im.data}"
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image part: ``url`` (http/https), or ``media_type`` and base64 ``data``."""
+
+    url: str | None
+    media_type: str | None
+    data: str | None
+
+
+def parts_of(content: Any) -> tuple[str, list[Image]]:
+    """(the text, the images) of a message's content written by ``user_content``."""
+    if isinstance(content, str):
+        return content, []
+    texts, images = [], []
+    for part in content:
+        if part.get("type") == "text":
+            texts.append(part["text"])
+            continue
+        url = part["image_url"]["url"]
+        if url.startswith("data:"):
+            head, _, data = url.partition(",")
+            images.append(Image(None, head[5:].split(";")[0], data))
+        else:
+            images.append(Image(url, None, None))
+    return "".join(texts), images
+
+
+def no_images(content: Any, provider: str) -> str:
+    """The text of a message for a wire that carries text only; a prompt with images is refused (its item
+    errors) rather than sent without them."""
+    text, images = parts_of(content)
+    if images:
+        raise ValueError(f"{provider} takes text only here: this prompt has {len(images)} image(s); "
+                         "use an adapter whose API takes images (openai, anthropic, gemini, vertex, bedrock, "
+                         "openai-responses, azure)")
+    return text
 
 
 def split_system(messages: list[dict[str, str]]) -> tuple[str | None, list[dict[str, str]]]:

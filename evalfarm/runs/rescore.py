@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from pydantic import ValidationError
 
@@ -35,12 +35,78 @@ SCORING_FIELDS = ("expected_output_contains", "expected_output_regex", "checks",
 Case = tuple[str, str, int]  # prompt id, adapter, trial
 
 
+class StoredOutcomes:
+    """The source run's outcomes, spooled to a private temporary file as the report is streamed
+    (``runs.report_pass`` sink) with a map case -> where its record starts: the replay asks for them
+    in plan order, so they are read back in sequence (a seek only for one asked out of order), and a
+    million stored outputs never sit in memory. Also collects the prompts section (the run plans
+    from it) and what ``_outcomes`` checks. The records are ``marshal``ed: written and read back
+    several times faster than JSON, and only by this process."""
+
+    def __init__(self) -> None:
+        import tempfile
+        import threading
+
+        self._file = tempfile.TemporaryFile(prefix="evalfarm-rescore-")
+        self._at: dict[Case, int] = {}  # case -> offset of its record in the spool
+        self._lock = threading.Lock()
+        self._end = 0
+        self._pos = -1  # where the spool's read position is (-1: at its end, writing)
+        self.count = 0
+        self.second: tuple[int, Case] | None = None  # the first outcome that repeats a case
+        self.judged = 0  # outcomes the judge will be asked about, if there is one
+        self.prompts: list[Any] = []
+
+    def add(self, o: dict[str, Any], new: Any = None) -> None:
+        import marshal
+
+        case = (o["prompt_id"], o["adapter"], o["trial"])
+        if case in self._at:
+            if self.second is None:
+                self.second = (self.count, case)
+        else:
+            self._at[case] = self._end
+        data = marshal.dumps(o)
+        self._file.write(len(data).to_bytes(4, "little") + data)
+        self._end += 4 + len(data)
+        self.count += 1
+        if not o.get("error") or (o["error"].get("stage") or "adapter") == "judge":
+            self.judged += 1
+
+    def prompt(self, raw: Any) -> None:
+        self.prompts.append(raw)
+
+    def first_outside(self, prompt_ids: set[str], adapters: set[str], trials: int) -> tuple[int, Case] | None:
+        """The first outcome (index, case) not in the plan these make, if any (in file order), unless a
+        repeated case comes before it (then ``second`` is the first error; its index is not needed)."""
+        for i, case in enumerate(self._at):  # first occurrences, in file order: i is the index until a repeat
+            if case[0] not in prompt_ids or case[1] not in adapters or case[2] >= trials:
+                return (i, case) if self.second is None or i < self.second[0] else (self.second[0] + 1, case)
+        return None
+
+    def distinct(self) -> int:
+        return len(self._at)
+
+    def __getitem__(self, case: Case) -> dict[str, Any]:
+        import marshal
+
+        with self._lock:
+            at = self._at[case]
+            if at != self._pos:  # not the next record in sequence: seek to it
+                self._file.flush()
+                self._file.seek(at)
+            size = int.from_bytes(self._file.read(4), "little")
+            data = self._file.read(size)
+            self._pos = at + 4 + size
+        return marshal.loads(data)
+
+
 @dataclass
 class RescoreInput:
     spec: EvalSpec  # stored adapters, the judge, the thresholds, the prompts with their new scoring
     source: PromptSource
     trials: int
-    outcomes: dict[Case, dict[str, Any]]  # the source run's stored outcomes
+    outcomes: Any  # the source run's stored outcomes by case (a dict, or StoredOutcomes)
     source_run: str
     source_hash: str  # sha256: of the source report's bytes (the lineage stub records it)
     judge_calls: int = 0  # items the judge will be asked about
@@ -68,6 +134,21 @@ def _prompts(report: dict[str, Any], path: Path) -> list[PromptSpec]:
             where = ".".join(str(x) for x in err["loc"])
             raise _bad(path, f"prompts[{i}].{where}: {err['msg']}") from None
     return out
+
+
+def _stored_outcomes(store: StoredOutcomes, path: Path, prompt_ids: set[str], adapters: list[str],
+                     trials: int) -> StoredOutcomes:
+    """``_outcomes``' checks, with the same errors, on outcomes streamed into ``store``."""
+    outside = store.first_outside(prompt_ids, set(adapters), trials)
+    second = store.second
+    if outside is not None and (second is None or outside[0] < second[0]):
+        raise _bad(path, f"outcomes[{outside[0]}] ({'/'.join(map(str, outside[1]))}) is not in the run's plan")
+    if second is not None:
+        raise _bad(path, f"outcomes[{second[0]}]: a second result for {'/'.join(map(str, second[1]))}")
+    missing = len(prompt_ids) * len(adapters) * trials - store.distinct()
+    if missing:
+        raise _bad(path, f"{missing} planned item(s) have no stored outcome")
+    return store
 
 
 def _outcomes(report: dict[str, Any], path: Path, prompt_ids: set[str], adapters: list[str],
@@ -110,9 +191,12 @@ def _new_scoring(prompts: list[PromptSpec], spec_path: Path) -> tuple[EvalSpec, 
 
 
 def rescoring(report: dict[str, Any], path: Path, *, spec_path: Path | None = None, judge_model: str | None = None,
-              judge_base_url: str | None = None) -> RescoreInput:
-    """The re-scoring run of a stored, complete ``report`` (read from ``path``)."""
-    prompts = _prompts(report, path)
+              judge_base_url: str | None = None, stored: StoredOutcomes | None = None,
+              digest: str | None = None) -> RescoreInput:
+    """The re-scoring run of a stored, complete ``report`` (read from ``path``). ``stored``: its
+    outcomes and prompts as the report was streamed (then ``report`` is its head and ``digest`` the
+    hash of its bytes)."""
+    prompts = _prompts({"prompts": stored.prompts} if stored is not None else report, path)
     adapters = list(report.get("adapters") or report["per_adapter"])
     trials = report.get("trials")
     if not isinstance(trials, int) or trials < 1 or not adapters or not all(isinstance(a, str) for a in adapters):
@@ -136,7 +220,10 @@ def rescoring(report: dict[str, Any], path: Path, *, spec_path: Path | None = No
     ids = [p.id for p in prompts]
     if len(set(ids)) != len(ids):
         raise _bad(path, "its prompts section lists a prompt id twice")
-    outcomes = _outcomes(report, path, set(ids), adapters, trials)
+    if stored is not None:
+        outcomes = _stored_outcomes(stored, path, set(ids), adapters, trials)
+    else:
+        outcomes = _outcomes(report, path, set(ids), adapters, trials)
     try:
         spec = EvalSpec(name=name, lineage_tag=tag, adapters=list(adapters), prompts=prompts, judge=judge,
                         thresholds=thresholds, trials=trials)
@@ -146,11 +233,12 @@ def rescoring(report: dict[str, Any], path: Path, *, spec_path: Path | None = No
     spec = spec.model_copy(update={"adapters": [stored_adapter(a, report["run_id"]) for a in adapters]})
     judged = 0
     if spec.judge is not None:
-        judged = sum(1 for o in outcomes.values()
-                     if not o.get("error") or (o["error"].get("stage") or "adapter") == "judge")
+        judged = stored.judged if stored is not None else sum(
+            1 for o in outcomes.values() if not o.get("error") or (o["error"].get("stage") or "adapter") == "judge")
+    if digest is None:
+        digest = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
     return RescoreInput(spec=spec, source=PromptSource(inline=tuple(prompts), count=len(prompts)), trials=trials,
-                        outcomes=outcomes, source_run=report["run_id"],
-                        source_hash="sha256:" + hashlib.sha256(path.read_bytes()).hexdigest(), judge_calls=judged,
+                        outcomes=outcomes, source_run=report["run_id"], source_hash=digest, judge_calls=judged,
                         notes=notes)
 
 
@@ -175,13 +263,16 @@ def prepare(run_ref: str, state: "StateDir", *, spec_path: Path | None = None, j
     """The re-scoring run of a stored, complete run (a path, run id, prefix or ``baseline:NAME``)."""
     from .archive import require_complete
     from .registry import Registry, resolve_ref
-    from .trust import load_trusted
+    from .report_pass import read_pass
 
     path = resolve_ref(run_ref, state.root)
-    trusted = load_trusted(path, state, "rescore")  # an edited report is exit 2 (runs.trust)
+    # streamed once: the outcomes go to a temporary store, the hash is checked (edited: exit 2, runs.trust)
+    p = read_pass(path, state, "rescore", StoredOutcomes)
+    trusted = p.trusted
     report = require_complete(trusted.report, str(path))
     source_entry = Registry(state.root).get(report["run_id"]) if state.has_registry() else None
-    rin = rescoring(report, path, spec_path=spec_path, judge_model=judge_model, judge_base_url=judge_base_url)
+    rin = rescoring(report, path, spec_path=spec_path, judge_model=judge_model, judge_base_url=judge_base_url,
+                    stored=p.sink, digest=trusted.digest)
     entry = source_entry or {}
     prompt = entry.get("prompt")
     info = {"dataset_hash": entry.get("dataset_hash"),

@@ -219,12 +219,23 @@ def load_trusted(path: Path, state_dir: Path | str | StateDir, use: str) -> Trus
     """The report at ``path``, checked before ``use`` (gate, baseline, diff, rescore, export) relies on
     it: against the lineage stub beside it, the registry's seal of its run, and, for a report recorded
     nowhere, its own outputs (see the module docstring). Exit 2 with one line naming the file and what
-    does not match."""
+    does not match. Reads the file whole: ``read_trusted`` streams it."""
     path = Path(path)
     state = StateDir.of(state_dir)
     report, digest = read_report(path)
+    trusted, recheck_it = _vouch(path, state, report, digest, use, _registry_rows(state, report["run_id"]))
+    if recheck_it:
+        trusted.rechecked = verdicts(trusted)
+    return trusted
+
+
+def _vouch(path: Path, state: StateDir, report: dict[str, Any], digest: str, use: str,
+           rows: tuple[tuple | None, str | None]) -> tuple[Trusted, bool]:
+    """(the report trusted at its level, whether its verdicts must be decided again before ``use``)
+    from its bytes' ``digest`` and the registry's ``rows`` for its run (``_registry_rows``). The
+    lineage stub beside it was checked already (``check_lineage``)."""
     run_id = report["run_id"]
-    row, artifact = _registry_rows(state, run_id)
+    row, artifact = rows
     if row is not None:
         recorded, kind, sealed_at, mac = row
         key = _key(state, create=False)
@@ -237,7 +248,7 @@ def load_trusted(path: Path, state_dir: Path | str | StateDir, use: str) -> Trus
         if recorded != digest:
             raise UsageError(f"{path}: run {run_id} was edited after it was saved: its bytes hash to "
                              f"{_short(digest)}, the registry sealed {_short(recorded)} at {sealed_at}")
-        return Trusted(report, path, digest, SEALED)
+        return Trusted(report, path, digest, SEALED), False
     beside = stub_of(path).is_file()  # read_report checked it
     saved = artifact is not None and stub_of(state.root / artifact).is_file() and \
         Path(state.root / artifact).resolve() != path.resolve()
@@ -250,17 +261,14 @@ def load_trusted(path: Path, state_dir: Path | str | StateDir, use: str) -> Trus
         trusted = Trusted(report, path, digest, SAVED, [
             f"run {run_id} has no seal in {state.registry_db} (saved before reports were sealed): checked against "
             "its lineage stub" + ("" if use in AS_IT_IS else " and its verdicts against its outputs")])
-        if use not in AS_IT_IS:
-            trusted.rechecked = verdicts(trusted)
-        return trusted
+        return trusted, use not in AS_IT_IS
     trusted = Trusted(report, path, digest, UNRECORDED)
     if use in AS_IT_IS:
         trusted.notes.append(f"{path}: not recorded in {state.root} (no lineage stub, no seal): {AS_IT_IS[use]}")
-        return trusted
-    trusted.rechecked = verdicts(trusted)
+        return trusted, False
     trusted.notes.insert(0, f"{path}: not recorded in {state.root} (no lineage stub, no seal): accepted because its "
                             "stored verdicts are what its outputs earn (decided again)")
-    return trusted
+    return trusted, True
 
 
 def verdicts(t: Trusted, thresholds: Any = None) -> Rechecked:
@@ -271,6 +279,11 @@ def verdicts(t: Trusted, thresholds: Any = None) -> Rechecked:
         r = recheck(t.report, thresholds)
     except RecheckError as exc:
         raise UsageError(f"{t.path}: cannot decide its verdicts again ({exc})") from None
+    return judged(t, r)
+
+
+def judged(t: Trusted, r: Rechecked) -> Rechecked:
+    """``verdicts``' ruling on ``r``, ``t``'s verdicts decided again (however they were read)."""
     if not r.rerun and t.level == UNRECORDED:
         raise UsageError(f"{t.path}: not recorded in this state dir and written without a prompts section: "
                          "nothing can vouch for its verdicts (its checks cannot be run again)")

@@ -13,7 +13,6 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from ..names import label_problem
-from .images import check_image
 
 
 def check_regex(value: str | None) -> str | None:
@@ -174,7 +173,38 @@ def _drop_unset(data: Any, names: tuple[str, ...]) -> Any:
     return data
 
 
-SPAWN_PROMPT_FIELDS = ("check", "setup", "timeout_s", "images")
+SPAWN_PROMPT_FIELDS = ("check", "setup", "timeout_s")
+IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+IMAGE_MAX_BYTES = 20 * 2**20  # a provider's own limit is about this (OpenAI 20 MB, Anthropic 5 MB per image)
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+
+
+class ImageInput(_Model):
+    """An image sent with a prompt's text: a public ``url`` (http/https), or ``data`` (base64) with its
+    ``media_type``. Each wire sends it in its provider's own shape (README: images)."""
+
+    url: str | None = None
+    data: str | None = Field(default=None, repr=False)
+    media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp"] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ImageInput":
+        if (self.url is None) == (self.data is None):
+            raise ValueError("an image has a url or base64 data (with media_type), exactly one of them")
+        if self.url is not None and not re.match(r"https?://[^\s]+$", self.url):
+            raise ValueError("an image url must be http:// or https:// (give a local image as data)")
+        if self.data is not None:
+            if self.media_type is None:
+                raise ValueError(f"image data needs its media_type: one of {', '.join(IMAGE_TYPES)}")
+            if len(self.data) % 4 or not _BASE64.fullmatch(self.data):
+                raise ValueError("image data must be base64 (padded, no line breaks)")
+            if len(self.data) * 3 // 4 > IMAGE_MAX_BYTES:
+                raise ValueError(f"image data is larger than {IMAGE_MAX_BYTES // 2**20} MB")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        return {k: v for k, v in handler(self).items() if v is not None}
 
 
 class PromptSpec(_Model):
@@ -195,19 +225,14 @@ class PromptSpec(_Model):
     check: str | None = Field(default=None, min_length=1)
     setup: str | None = Field(default=None, min_length=1)
     timeout_s: float | None = Field(default=None, gt=0, le=7 * 86400)
-    # images sent after ``text`` in the user message: each an http(s) URL or a data:image/...;base64, URL
-    images: list[str] | None = Field(default=None, min_length=1)
+    images: list[ImageInput] = Field(default_factory=list, max_length=20)  # sent after the text
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> Any:
-        return _drop_unset(handler(self), SPAWN_PROMPT_FIELDS)
-
-    @field_validator("images")
-    @classmethod
-    def _image_urls(cls, value: list[str] | None) -> list[str] | None:
-        for i, url in enumerate(value or []):
-            check_image(url, f"images[{i}]")
-        return value
+        data = _drop_unset(handler(self), SPAWN_PROMPT_FIELDS)
+        if isinstance(data, dict) and not data.get("images"):
+            data.pop("images", None)  # a prompt without images keeps its item keys and spec hash
+        return data
 
     @field_validator("criteria")
     @classmethod

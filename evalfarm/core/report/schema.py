@@ -173,3 +173,9 @@ def report_problem(data: Any) -> str | None:
                                                 for p in prompts):
         return "prompts is not a list of prompts with ids"
     return None
+
+
+def outcome_problem(i: int, o: Any) -> str | None:
+    """What makes ``o``, the report's ``i``-th outcome, unusable (``report_problem`` for one outcome
+    of a report read as a stream), else None."""
+    return _outcome_problem(i, o)
