@@ -11,7 +11,6 @@ vars expand into one test per combination, ``.txt`` prompt files split on ``---`
 from __future__ import annotations
 
 import base64
-import binascii
 import glob
 import itertools
 import json
@@ -24,10 +23,11 @@ from typing import Any
 import yaml
 
 from ..errors import SpecError
-from ..spec.models import IMAGE_MAX_BYTES, IMAGE_TYPES
+from ..spec.models import IMAGE_MAX_BYTES
 from ..spec.sourcemap import dotted, line_for, load_yaml, read_text
 from .promptfoo_asserts import Refused, map_assert
 from .promptfoo_csv import tests_from_csv
+from .promptfoo_images import IMAGE_FILES, chat_content, render_images, sniff_image
 from .promptfoo_providers import _GEMINI_PARAMS, BROAD_KEYS, fill_body_vars, provider_family
 from .template import TemplateUnsupported, is_partial, line_of, prepare_vars, render, render_prompt, variables
 
@@ -689,7 +689,7 @@ class PromptfooImporter:
                 return json.dumps(yaml.safe_load(self._read(path)), ensure_ascii=False, separators=(",", ":"))
             except yaml.YAMLError as exc:
                 raise Refused(f"{path.name}: invalid YAML ({type(exc).__name__})") from None
-        if suffix in _IMAGE_FILES:  # promptfoo loads an image var as its base64
+        if suffix in IMAGE_FILES:  # promptfoo loads an image var as its base64
             try:
                 raw = path.read_bytes() if path.stat().st_size <= IMAGE_MAX_BYTES else None
             except OSError as exc:
@@ -747,43 +747,6 @@ class PromptfooImporter:
                 self.refuse(adoc.at(aloc, str(exc), sub=exc.field))
                 self._refused_asserts[(str(adoc.path), aloc)] = str(raw.get("type") if isinstance(raw, dict) else None)
 
-    def _images(self, tpl: _Template, user: str, values: dict[str, Any]) -> tuple[str, list[dict[str, str]]]:
-        """The rendered image parts of a chat prompt, and the images a text prompt carries the way promptfoo's
-        Gemini provider reads them: a line that is only an image var's base64 becomes an image (after the
-        text). An image var anywhere else in the text is refused: it would be sent as base64 text."""
-        images = [self._image(part, values) for part in tpl.images]
-        if self._media and any(v in self._media for v in values.values() if isinstance(v, str)):
-            kept = []
-            for line in user.split("\n"):
-                if line.strip() in self._media:
-                    images.append({"data": line.strip(), "media_type": self._media[line.strip()]})
-                else:
-                    kept.append(line)
-            user = "\n".join(kept).strip("\n")
-            if any(data in user for data in self._media):
-                raise Refused("an image var inside the prompt's text: evalfarm sends images as image parts")
-        return user, images
-
-    def _image(self, part: dict[str, str], values: dict[str, Any]) -> dict[str, str]:
-        """One image part rendered: an http(s) URL, a data: URL, or base64 (its media type from the part, the
-        var's file, or the bytes themselves)."""
-        key = "url" if "url" in part else "data"
-        value, _ = render(part[key], values)
-        value = value.strip()
-        if re.match(r"https?://\S+$", value):
-            return {"url": value}
-        m = re.match(r"data:(image/[a-z]+);base64,(.*)$", value, re.S)
-        if m:
-            return {"data": m.group(2), "media_type": m.group(1)}
-        try:
-            head = base64.b64decode(value[:64] + "=" * (-len(value[:64]) % 4), validate=True)
-        except (binascii.Error, ValueError):
-            raise Refused(f"an image {key} that is not a URL or base64: {value[:40]!r}") from None
-        media = self._media.get(value) or sniff_image(head) or part.get("media_type") or ""
-        if media not in IMAGE_TYPES:
-            raise Refused(f"an image of media type {media or 'unknown'!r} (JPEG, PNG, GIF and WebP are)")
-        return {"data": value, "media_type": media}
-
     def _render_one(self, pid: str, tpl: _Template, test: _Test, combo: dict[str, Any]) -> dict[str, Any] | None:
         if (test.prefix or test.suffix) and tpl.chat:
             self.refuse(test.doc.at(test.loc, "options.prefix/suffix on a chat prompt: promptfoo then sends the "
@@ -811,7 +774,7 @@ class PromptfooImporter:
                                 f"variable(s) {', '.join(sorted(set(missing)))} have no value in some tests; "
                                 "rendered empty, as promptfoo does"))
         try:
-            user, images = self._images(tpl, user, values)
+            user, images = render_images(tpl.images, user, values, self._media)
         except Refused as exc:
             self.refuse(test.doc.at(test.loc, str(exc), sub="vars"))
             return None
@@ -844,19 +807,6 @@ class PromptfooImporter:
         return prompt
 
 
-def sniff_image(raw: bytes) -> str | None:
-    """An image's media type from its first bytes (JPEG, PNG, GIF, WebP), else None."""
-    if raw[:3] == b"\xff\xd8\xff":
-        return "image/jpeg"
-    if raw[:8] == b"\x89PNG\r\n\x1a\n":
-        return "image/png"
-    if raw[:4] == b"GIF8":
-        return "image/gif"
-    if raw[:4] == b"RIFF" and raw[8:12] == b"WEBP":
-        return "image/webp"
-    return None
-
-
 class _Located(Refused):
     """A refusal inside a prompt file: it names that file's line, not the config's."""
 
@@ -866,7 +816,6 @@ class _Located(Refused):
 
 
 _NOT_JSON = object()
-_IMAGE_FILES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
 _FILE_EXTENSIONS = (".cjs", ".cts", ".j2", ".js", ".json", ".jsonl", ".md", ".mjs", ".mts", ".py", ".ts", ".txt",
                     ".yml", ".yaml")
 
@@ -895,51 +844,14 @@ def _chat(messages: list) -> tuple[str | None, str, list[dict[str, str]]]:
                       "parts (text and images)")
     roles = [m["role"] for m in messages]
     if roles == ["user"]:
-        return (None, *_content(messages[0]["content"]))
+        return (None, *chat_content(messages[0]["content"]))
     if roles == ["system", "user"]:
-        system, images = _content(messages[0]["content"])
+        system, images = chat_content(messages[0]["content"])
         if images:
             raise Refused("an image in a system message is not supported: put it in the user message")
-        return (system, *_content(messages[1]["content"]))
+        return (system, *chat_content(messages[1]["content"]))
     raise Refused(f"a chat prompt with roles {roles}: evalfarm sends one optional system message and "
                   "one user message")
-
-
-def _content(content: Any) -> tuple[str, list[dict[str, str]]]:
-    """A message's text (its text parts joined by newlines) and its image parts as templates, from any of
-    the chat shapes promptfoo passes through: OpenAI (text, image_url), the Responses API (input_text,
-    input_image), Anthropic (text, image with a base64 or url source), Bedrock Converse ({text},
-    {image: {format, source: {bytes}}}) and Gemini ({text}, inline_data)."""
-    if isinstance(content, str):
-        return content, []
-    texts, images = [], []
-    for part in content:
-        if not isinstance(part, dict):
-            raise Refused("a content part must be a mapping (text or image)")
-        kind = part.get("type")
-        if kind in ("text", "input_text") or (kind is None and isinstance(part.get("text"), str)):
-            texts.append(str(part.get("text") or ""))
-        elif kind == "image_url":
-            url = part.get("image_url")
-            images.append({"url": str(url.get("url") if isinstance(url, dict) else url)})
-        elif kind == "input_image" and isinstance(part.get("image_url"), str):
-            images.append({"url": part["image_url"]})
-        elif kind == "image" and isinstance(part.get("source"), dict):
-            src = part["source"]
-            if src.get("type") == "url":
-                images.append({"url": str(src.get("url"))})
-            else:
-                images.append({"data": str(src.get("data")), "media_type": str(src.get("media_type") or "")})
-        elif kind is None and isinstance(part.get("image"), dict) and isinstance(part["image"].get("source"), dict):
-            fmt = str(part["image"].get("format") or "").lower().replace("jpg", "jpeg")
-            images.append({"data": str(part["image"]["source"].get("bytes")), "media_type": f"image/{fmt}" if fmt else ""})
-        elif kind is None and isinstance(part.get("inline_data") or part.get("inlineData"), dict):
-            inline = part.get("inline_data") or part.get("inlineData")
-            images.append({"data": str(inline.get("data")),
-                           "media_type": str(inline.get("mime_type") or inline.get("mimeType") or "")})
-        else:
-            raise Refused(f"a content part of type {kind or sorted(part)!r} is not supported (text and images are)")
-    return "\n".join(texts), images
 
 
 def _combinations(values: dict[str, Any]) -> list[dict[str, Any]]:
