@@ -29,6 +29,23 @@ FILE_END = b"  ]"
 ITEM = b"    {"
 
 
+def chunked_lines(fh: BinaryIO, digest: Any) -> Iterator[tuple[bytes, int]]:
+    """(line without its newline, 1 if it had one) of ``fh``, read ``CHUNK`` bytes at a time, each chunk
+    hashed into ``digest`` as it is read; a last piece without a newline comes with 0."""
+    rest = b""
+    while True:
+        chunk = fh.read(CHUNK)
+        if not chunk:
+            break
+        digest.update(chunk)
+        parts = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
+        rest = parts.pop()
+        for line in parts:
+            yield line, 1
+    if rest:
+        yield rest, 0
+
+
 class NotStreamed(ValueError):
     """The file is not in the layout the report writer streams; read it whole."""
 
@@ -98,27 +115,13 @@ class ReportStream:
         self.close()
 
     def _read_lines(self) -> Iterator[bytes]:
-        """The file's lines (without their newline), each chunk hashed as it is read; a last piece
-        without a newline is yielded as is. Inside the prompts section each line is digested apart
-        as well (``_section``)."""
-        rest = b""
-        while True:
-            chunk = self._fh.read(CHUNK)
-            if not chunk:
-                break
-            self._hash.update(chunk)
-            parts = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
-            rest = parts.pop()
-            for line in parts:
-                self.pos += len(line) + 1
-                if self._section is not None:
-                    self._section.update(line + b"\n")
-                yield line
-        if rest:
-            self.pos += len(rest)
+        """The file's lines (``chunked_lines``), counted in ``pos``; inside the prompts section each line
+        is digested apart as well (``_section``)."""
+        for line, newline in chunked_lines(self._fh, self._hash):
+            self.pos += len(line) + newline
             if self._section is not None:
-                self._section.update(rest)
-            yield rest
+                self._section.update(line + b"\n" if newline else line)
+            yield line
 
     def _read_head(self) -> dict[str, Any]:
         parts = []
@@ -268,17 +271,7 @@ class _PromptCursor:
         self._fh.close()
 
     def _read_lines(self) -> Iterator[bytes]:
-        rest = b""
-        while True:
-            chunk = self._fh.read(CHUNK)
-            if not chunk:
-                break
-            self._hash.update(chunk)
-            parts = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
-            rest = parts.pop()
-            yield from parts
-        if rest:
-            yield rest
+        return (line for line, _ in chunked_lines(self._fh, self._hash))
 
     def _next(self) -> tuple[int, Any, Any] | None:
         if self._done:
