@@ -16,6 +16,8 @@ from ..spec.jsonpath import alternatives
 from .wire import Wire, bad, no_images
 
 PROMPT = re.compile(r"\{\{\s*prompt\s*\}\}")
+
+
 def fill(value: Any, prompt: str) -> Any:
     if isinstance(value, str):
         return PROMPT.sub(lambda _m: prompt, value)
@@ -63,7 +65,6 @@ class HttpJsonWire(Wire):
         return text, "stop", t_in, t_out
 
 
-
 _MISSING = object()
 
 
@@ -87,6 +88,7 @@ def _pick(expr: str, data: Any) -> Any:
     if value is _MISSING:
         raise bad(f"response_path {expr} not found in the answer", data)
     return value
+
 
 class HttpJsonAdapter(OpenAIAdapter):
     wire = HttpJsonWire()
