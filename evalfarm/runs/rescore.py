@@ -12,10 +12,9 @@ become ``stored`` stand-ins, so the model under test cannot be called.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -40,7 +39,7 @@ class StoredOutcomes:
     (``runs.report_pass`` sink) with a map case -> where its record starts: the replay asks for them
     in plan order, so they are read back in sequence (a seek only for one asked out of order), and a
     million stored outputs never sit in memory. Also collects the prompts section (the run plans
-    from it) and what ``_outcomes`` checks. The records are ``marshal``ed: written and read back
+    from it) and what ``_stored_outcomes`` checks. The records are ``marshal``ed: written and read back
     several times faster than JSON, and only by this process."""
 
     def __init__(self) -> None:
@@ -106,7 +105,7 @@ class RescoreInput:
     spec: EvalSpec  # stored adapters, the judge, the thresholds, the prompts with their new scoring
     source: PromptSource
     trials: int
-    outcomes: Any  # the source run's stored outcomes by case (a dict, or StoredOutcomes)
+    outcomes: StoredOutcomes  # the source run's stored outcomes by case
     source_run: str
     source_hash: str  # sha256: of the source report's bytes (the lineage stub records it)
     judge_calls: int = 0  # items the judge will be asked about
@@ -138,7 +137,8 @@ def _prompts(report: dict[str, Any], path: Path) -> list[PromptSpec]:
 
 def _stored_outcomes(store: StoredOutcomes, path: Path, prompt_ids: set[str], adapters: list[str],
                      trials: int) -> StoredOutcomes:
-    """``_outcomes``' checks, with the same errors, on outcomes streamed into ``store``."""
+    """``store``'s outcomes are the run's plan: each planned (prompt, adapter, trial) once, nothing else
+    (the first outcome outside the plan, or repeating a case, named by its index)."""
     outside = store.first_outside(prompt_ids, set(adapters), trials)
     second = store.second
     if outside is not None and (second is None or outside[0] < second[0]):
@@ -149,22 +149,6 @@ def _stored_outcomes(store: StoredOutcomes, path: Path, prompt_ids: set[str], ad
     if missing:
         raise _bad(path, f"{missing} planned item(s) have no stored outcome")
     return store
-
-
-def _outcomes(report: dict[str, Any], path: Path, prompt_ids: set[str], adapters: list[str],
-              trials: int) -> dict[Case, dict[str, Any]]:
-    out: dict[Case, dict[str, Any]] = {}
-    for i, o in enumerate(report["outcomes"]):
-        case = (o["prompt_id"], o["adapter"], o["trial"])
-        if o["prompt_id"] not in prompt_ids or o["adapter"] not in adapters or o["trial"] >= trials:
-            raise _bad(path, f"outcomes[{i}] ({'/'.join(map(str, case))}) is not in the run's plan")
-        if case in out:
-            raise _bad(path, f"outcomes[{i}]: a second result for {'/'.join(map(str, case))}")
-        out[case] = o
-    missing = len(prompt_ids) * len(adapters) * trials - len(out)
-    if missing:
-        raise _bad(path, f"{missing} planned item(s) have no stored outcome")
-    return out
 
 
 def _new_scoring(prompts: list[PromptSpec], spec_path: Path) -> tuple[EvalSpec, list[PromptSpec], list[str]]:
@@ -191,12 +175,10 @@ def _new_scoring(prompts: list[PromptSpec], spec_path: Path) -> tuple[EvalSpec, 
 
 
 def rescoring(report: dict[str, Any], path: Path, *, spec_path: Path | None = None, judge_model: str | None = None,
-              judge_base_url: str | None = None, stored: StoredOutcomes | None = None,
-              digest: str | None = None) -> RescoreInput:
-    """The re-scoring run of a stored, complete ``report`` (read from ``path``). ``stored``: its
-    outcomes and prompts as the report was streamed (then ``report`` is its head and ``digest`` the
-    hash of its bytes)."""
-    prompts = _prompts({"prompts": stored.prompts} if stored is not None else report, path)
+              judge_base_url: str | None = None, stored: StoredOutcomes, digest: str) -> RescoreInput:
+    """The re-scoring run of a stored, complete report read from ``path``: ``report`` its head, ``stored``
+    its outcomes and prompts as it was read (``runs.report_pass``), ``digest`` the hash of its bytes."""
+    prompts = _prompts({"prompts": stored.prompts}, path)
     adapters = list(report.get("adapters") or report["per_adapter"])
     trials = report.get("trials")
     if not isinstance(trials, int) or trials < 1 or not adapters or not all(isinstance(a, str) for a in adapters):
@@ -220,10 +202,7 @@ def rescoring(report: dict[str, Any], path: Path, *, spec_path: Path | None = No
     ids = [p.id for p in prompts]
     if len(set(ids)) != len(ids):
         raise _bad(path, "its prompts section lists a prompt id twice")
-    if stored is not None:
-        outcomes = _stored_outcomes(stored, path, set(ids), adapters, trials)
-    else:
-        outcomes = _outcomes(report, path, set(ids), adapters, trials)
+    outcomes = _stored_outcomes(stored, path, set(ids), adapters, trials)
     try:
         spec = EvalSpec(name=name, lineage_tag=tag, adapters=list(adapters), prompts=prompts, judge=judge,
                         thresholds=thresholds, trials=trials)
@@ -231,12 +210,7 @@ def rescoring(report: dict[str, Any], path: Path, *, spec_path: Path | None = No
         raise _bad(path, str(exc.errors()[0]["msg"])) from None
     spec = bind_environment(spec, judge_base_url=judge_base_url)  # the judge's endpoint; adapters are stand-ins
     spec = spec.model_copy(update={"adapters": [stored_adapter(a, report["run_id"]) for a in adapters]})
-    judged = 0
-    if spec.judge is not None:
-        judged = stored.judged if stored is not None else sum(
-            1 for o in outcomes.values() if not o.get("error") or (o["error"].get("stage") or "adapter") == "judge")
-    if digest is None:
-        digest = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    judged = stored.judged if spec.judge is not None else 0
     return RescoreInput(spec=spec, source=PromptSource(inline=tuple(prompts), count=len(prompts)), trials=trials,
                         outcomes=outcomes, source_run=report["run_id"], source_hash=digest, judge_calls=judged,
                         notes=notes)
