@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from ..canonical import sha256_hex
-from ..core.report.framing import OUTCOMES_OPEN, report_bytes
+from ..core.report.framing import report_bytes
 from ..core.report.markdown import render_markdown
 from ..core.report.model import RunReport
 from ..errors import UsageError
@@ -206,29 +206,18 @@ def require_complete(report: dict[str, Any], where: str) -> dict[str, Any]:
     return report
 
 
-OUTCOMES_LINE = OUTCOMES_OPEN.splitlines()[-1].strip()  # the line of a report file the outcome lines follow
-
-
 def iter_outcomes(path: Path) -> Iterator[dict[str, Any]]:
-    """A stored report's outcomes read a line at a time (the report writes one outcome per line), so a
-    100,000-item run is never held whole. A file not in that layout (reformatted, or written by another
-    tool) raises ValueError, possibly after some outcomes: a caller that wants to fall back to reading
-    the file whole starts over (``outcomes_of``)."""
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip() == OUTCOMES_LINE:
-                break
-        else:
-            raise ValueError("no outcomes line")
-        for line in fh:
-            text = line.strip()
-            if text.startswith("]"):
-                return
-            item = json.loads(text.rstrip(","))
+    """A stored report's outcomes read a line at a time (``runs.report_stream``: the report writes one
+    outcome per line), so a 100,000-item run is never held whole. A file not in that layout (reformatted,
+    or written by another tool) raises ValueError, possibly after some outcomes: a caller that wants to
+    fall back to reading the file whole starts over (``outcomes_of``)."""
+    from .report_stream import ReportStream
+
+    with ReportStream(path) as rs:
+        for item in rs.outcomes():
             if not isinstance(item, dict):
                 raise ValueError("not an outcome")
             yield item
-        raise ValueError("the outcomes never end")
 
 
 def outcomes_of(path: Path, consume: Callable[[Iterable[dict[str, Any]]], T]) -> T:
