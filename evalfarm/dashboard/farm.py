@@ -30,7 +30,7 @@ def _farm():
     from ..runs.farm import layout
 
     farm = layout()
-    return farm.queues, farm.priority_sep, farm.cost_scale, farm.runs_index, farm.settle_s
+    return farm.queues, farm.priority_sep, farm.cost_scale, farm.runs_index, farm.settle_left
 
 
 def redis_uptime_s(r) -> float | None:
@@ -116,10 +116,9 @@ class FarmView:
                     "error": safe.text(redact(f"{type(exc).__name__}: {exc}"), 500)}
 
     def _read(self, max_runs: int) -> dict[str, Any]:
-        queues, prio_sep, cost_scale, runs_index, settle_s = _farm()
+        queues, prio_sep, cost_scale, runs_index, settle_left = _farm()
         r = self.redis()
         up = redis_uptime_s(r)
-        young_since = None if up is None or up >= settle_s else time.time() - up - 1.0  # uptime is whole seconds
         run_ids = [x.decode("utf-8", "replace") for x in r.zrevrange(runs_index, 0, max_runs - 1)]
         run_ids = [x for x in run_ids if safe.is_run_id(x)]
         pipe = r.pipeline(transaction=False)
@@ -140,7 +139,7 @@ class FarmView:
                 continue
             finished_at = self._finished_at(r, rid) if state in FINISHED else None
             started = _ts(static["started_at"])
-            settling = young_since is not None and started is not None and started < young_since
+            settling = up is not None and started is not None and settle_left(up, time.time() - started) > 0
             runs.append(self._progress(rid, state, counts, safe.count(raw[4 * i + 2]), static, now, finished_at,
                                        cost_scale, settling))
         pipe = r.pipeline(transaction=False)

@@ -39,17 +39,17 @@ class Layout:
     runs_index: str
     cost_scale: int
     heartbeat_prefix: str
-    settle_s: float  # a Redis younger than this (and than a run) may not have heard every counter record again
+    settle_left: Any  # (Redis uptime s, run age s) -> s before the run's counter records are all back
 
 
 def layout() -> Layout:
     from ..executors.celery.broker_scan import PRIORITY_SEP
     from ..executors.celery.heartbeat import KEY_PREFIX
     from ..executors.celery.messages import QUEUES
-    from ..executors.celery.store import RUNS_INDEX, TALLY_SETTLE_S
+    from ..executors.celery.store import RUNS_INDEX, settle_left
     from ..executors.store import COST_SCALE
 
-    return Layout(QUEUES, PRIORITY_SEP, RUNS_INDEX, COST_SCALE, KEY_PREFIX, TALLY_SETTLE_S)
+    return Layout(QUEUES, PRIORITY_SEP, RUNS_INDEX, COST_SCALE, KEY_PREFIX, settle_left)
 
 
 def fold_tally(counts: dict[str, int], tally: dict[bytes, bytes]) -> dict[str, int]:

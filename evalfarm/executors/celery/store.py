@@ -223,6 +223,15 @@ def _transient_retry(*args: Any, **kwargs: Any):
     return TransientRetry(*args, **kwargs)
 
 
+def settle_left(uptime_s: float, run_age_s: float) -> float:
+    """Seconds a reader should still wait before it trusts a run's counter records: a Redis up for
+    ``uptime_s`` (a restart, a restore from an older snapshot), younger than TALLY_SETTLE_S and than the
+    run (``run_age_s``), has not yet heard every live worker state its records again; else 0."""
+    if uptime_s >= TALLY_SETTLE_S:
+        return 0.0
+    return TALLY_SETTLE_S - uptime_s if run_age_s > uptime_s + 1.0 else 0.0  # uptime is whole seconds
+
+
 class RedisStore(RunStore):
     """The run store in Redis; every key of a run lives under ``ef:run:<id>:``."""
 
@@ -508,10 +517,9 @@ class RedisStore(RunStore):
             up = float(self.r.info("server").get("uptime_in_seconds", TALLY_SETTLE_S))
         except (redis.exceptions.ResponseError, TypeError, ValueError):  # INFO renamed or disabled (managed Redis)
             return 0.0
-        if up >= TALLY_SETTLE_S or started_at is None:
+        if started_at is None:
             return 0.0
-        age = (datetime.now(timezone.utc) - started_at).total_seconds()
-        return TALLY_SETTLE_S - up if age > up + 1.0 else 0.0  # uptime is whole seconds
+        return settle_left(up, (datetime.now(timezone.utc) - started_at).total_seconds())
 
     def note_start(self, run_id: str, key: str) -> int:
         return int(self.r.hincrby(_k(run_id, "starts"), key, 1))
