@@ -79,7 +79,7 @@ def _url(shape: str, url: Any) -> str:
 def _image(c: dict[str, Any]) -> str | None:
     """The mark of an image part in any protocol's shape; None for a part that is not an image."""
     kind = c.get("type")
-    if kind == "image_url" or kind == "input_image":  # OpenAI chat ({url}) / Responses (the URL itself)
+    if kind in ("image_url", "input_image"):  # OpenAI chat ({url}) / Responses (the URL itself)
         url = c.get("image_url")
         url = url.get("url") if isinstance(url, dict) and kind == "image_url" else url
         m = _DATA_URL.match(url) if isinstance(url, str) else None
