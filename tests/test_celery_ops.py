@@ -81,6 +81,10 @@ def test_events_dump_and_flower_see_the_worker_and_the_tasks_of_a_real_run(tmp_p
             flower = background([*CELERY, "flower", f"--port={port}", "--address=127.0.0.1"], tmp_path / "flower.log",
                                 redis_server.url, FLOWER_UNAUTHENTICATED_API="true")
             wait_for(lambda: _answers(f"http://127.0.0.1:{port}/healthcheck"), 30, "flower to answer")
+            # answering is not listening: Flower's event receiver starts in a thread of its own; its
+            # /metrics marks the worker online only once a worker event reached it (CI saw a run's first
+            # tasks go by before that)
+            wait_for(lambda: _flower_hears_worker(port), 30, "flower's event receiver to hear the worker")
         # the dump is connected when it sees the worker's heartbeat (every 2 s)
         wait_for(lambda: "worker-heartbeat" in events_of(dump_log.read_text(errors="replace")), 20,
                  "a worker heartbeat in celery events --dump")
@@ -170,6 +174,12 @@ def _answers(url: str) -> bool:
 def _worker_listed(port: int):
     workers = get_json(f"http://127.0.0.1:{port}/api/workers?refresh=1")
     return workers if any(name.startswith("all-") for name in workers) else None
+
+
+def _flower_hears_worker(port: int) -> bool:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return bool(re.search(r'^flower_worker_online\{worker="all-[^"]*"\} 1\.0$', text, re.M))
 
 
 def _tasks_done(port: int, at_least: int):
