@@ -23,10 +23,11 @@ move), and a run with one trial per case gets the same answer from both.
 from __future__ import annotations
 
 import math
+from array import array
 from pathlib import Path
 from typing import Any
 
-from ..core.verdict import case_verdict, item_passed
+from ..core.verdict import item_passed
 from ..runs.archive import require_complete
 from ..runs.registry import DB_NAME, Registry, resolve_ref
 from ..runs.report_pass import read_pass
@@ -88,13 +89,37 @@ def _delta(x: float | None, y: float | None) -> float | None:
 
 
 # --- cases -------------------------------------------------------------------------------------------
+# A case's trials are kept as three counts in one int (passed, failed, errored: 20 bits each), under
+# its adapter then its prompt id: about 100 bytes a case where a list of verdicts under an (adapter,
+# prompt id) tuple took several hundred, so two million-case runs compare in a few hundred MB.
 
-def case_trials(report: dict[str, Any]) -> dict[tuple[str, str], list[bool | None]]:
-    """(adapter, prompt id) -> the verdicts of the case's trials, in report order."""
-    trials: dict[tuple[str, str], list[bool | None]] = {}
+PASSED, FAILED, ERRORED = 1, 1 << 20, 1 << 40
+_COUNT = (1 << 20) - 1
+
+
+def _add(cases: dict[str, int], case: str, verdict: bool | None) -> None:
+    cases[case] = cases.get(case, 0) + (PASSED if verdict is True else FAILED if verdict is False else ERRORED)
+
+
+def _verdict(code: int) -> bool | None:
+    """pass^k of the counted trials (core.verdict.case_verdict)."""
+    if (code >> 20) & _COUNT:
+        return False
+    return None if code >> 40 else True
+
+
+def _measured(code: int) -> tuple[int, int]:
+    """(passed, measured) trials: an errored trial is no measurement."""
+    passed = code & _COUNT
+    return passed, passed + ((code >> 20) & _COUNT)
+
+
+def case_trials(report: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """adapter -> prompt id -> the case's trial counts, in report order."""
+    sink = CaseTrials()
     for o in report.get("outcomes") or []:
-        trials.setdefault((o["adapter"], o["prompt_id"]), []).append(item_passed(o))
-    return trials
+        sink.add(o, None)
+    return sink.trials
 
 
 class CaseTrials:
@@ -102,51 +127,57 @@ class CaseTrials:
     verdicts decided again, else the stored ones. The compact per-case map a comparison needs."""
 
     def __init__(self, rechecked: bool = False) -> None:
-        self.trials: dict[tuple[str, str], list[bool | None]] = {}
+        self.trials: dict[str, dict[str, int]] = {}
         self.rechecked = rechecked
 
     def add(self, o: dict[str, Any], new: dict[str, Any] | None) -> None:
         x = new if self.rechecked else o
-        key = (x["adapter"], x["prompt_id"])
-        verdict = item_passed(x)
-        got = self.trials.get(key)
-        if got is None:
-            self.trials[key] = [verdict]
-        else:
-            got.append(verdict)
+        cases = self.trials.get(x["adapter"])
+        if cases is None:
+            cases = self.trials[x["adapter"]] = {}
+        _add(cases, x["prompt_id"], item_passed(x))
 
 
-def pass_rate_interval(pairs: list[tuple[str, list[bool | None], list[bool | None]]], alpha: float) -> dict[str, Any]:
-    """The paired, task-clustered interval of the pass-rate change (b minus a) over cases: each of
-    ``pairs`` is (case, a's trial verdicts, b's). A case is one cluster whatever adapters ran it
-    (its difficulty is shared); errored trials are left out, and a case without a measured trial
-    on either side with them."""
-    from ..stats.paired import ADJUSTMENT, METHOD, paired_interval
+class _Rate:
+    """The pass-rate interval's inputs, gathered case by case: each case's difference of means (8
+    bytes), the trial pairs' sum and fewest, each arm's per-case means (8 bytes each)."""
 
-    a: dict[str, list[float]] = {}
-    b: dict[str, list[float]] = {}
-    for case, ta, tb in pairs:
-        a.setdefault(case, []).extend(float(v) for v in ta if v is not None)
-        b.setdefault(case, []).extend(float(v) for v in tb if v is not None)
-    a = {c: v for c, v in a.items() if v and b[c]}
-    b = {c: b[c] for c in a}
-    if not a:
-        return {"method": METHOD, "measured": False, "cases": 0}
-    iv = paired_interval(a, b, confidence=min(1.0 - alpha, 1.0 - 1e-12))  # an alpha of 1e-17 is 1.0 in floats
-    lo, hi = _r6(iv.lo), _r6(iv.hi)
+    def __init__(self) -> None:
+        self.d, self.mean_a, self.mean_b = array("d"), array("d"), array("d")
+        self.pairs, self.fewest = 0, 0
 
-    def rate(arm: dict[str, list[float]]) -> float | None:  # every case weighing the same, as the interval
-        return _r6(math.fsum(math.fsum(v) / len(v) for v in arm.values()) / len(arm))
+    def add(self, passed_a: int, n_a: int, passed_b: int, n_b: int) -> None:
+        if not n_a or not n_b:  # errored trials are left out, and a case without a measured trial with them
+            return
+        a, b = passed_a / n_a, passed_b / n_b
+        self.d.append(b - a)
+        self.mean_a.append(a)
+        self.mean_b.append(b)
+        self.pairs += min(n_a, n_b)
+        self.fewest = min(self.fewest, n_a, n_b) if len(self.d) > 1 else min(n_a, n_b)
 
-    return {"method": METHOD, "adjustment": ADJUSTMENT, "measured": True, "cases": iv.tasks,
-            "confidence": _r6(1.0 - alpha), "rate_a": rate(a), "rate_b": rate(b),
-            "delta": _r6(iv.delta), "ci": [lo, hi], "excludes_zero": lo > 0 or hi < 0,  # type: ignore[operator]
-            "direction": "b" if lo > 0 else "a" if hi < 0 else None}  # type: ignore[operator]
+    def result(self, alpha: float) -> dict[str, Any]:
+        """The paired, task-clustered interval of the pass-rate change (b minus a) over the cases,
+        each case weighing the same (``evalfarm.stats.paired_interval``)."""
+        from ..stats.paired import ADJUSTMENT, METHOD, interval_of_differences
+
+        if not self.d:
+            return {"method": METHOD, "measured": False, "cases": 0}
+        iv = interval_of_differences(self.d, float(self.pairs), self.fewest,
+                                     confidence=min(1.0 - alpha, 1.0 - 1e-12))  # an alpha of 1e-17 is 1.0 in floats
+        lo, hi = _r6(iv.lo), _r6(iv.hi)
+        n = len(self.d)
+        return {"method": METHOD, "adjustment": ADJUSTMENT, "measured": True, "cases": iv.tasks,
+                "confidence": _r6(1.0 - alpha), "rate_a": _r6(math.fsum(self.mean_a) / n),
+                "rate_b": _r6(math.fsum(self.mean_b) / n),
+                "delta": _r6(iv.delta), "ci": [lo, hi], "excludes_zero": lo > 0 or hi < 0,  # type: ignore[operator]
+                "direction": "b" if lo > 0 else "a" if hi < 0 else None}  # type: ignore[operator]
 
 
 def case_verdicts(report: dict[str, Any]) -> dict[tuple[str, str], bool | None]:
     """(adapter, prompt id) -> pass^k verdict over the case's trials (core.verdict.case_verdict)."""
-    return {case: case_verdict(v) for case, v in case_trials(report).items()}
+    return {(adapter, case): _verdict(code) for adapter, cases in case_trials(report).items()
+            for case, code in cases.items()}
 
 
 def case_pairing(a: dict[str, Any], b: dict[str, Any]) -> dict[str, str] | None:
@@ -183,51 +214,73 @@ def mcnemar(regressed: int, fixed: int) -> dict[str, Any]:
 def compare_cases(a: dict[str, Any], b: dict[str, Any], alpha: float = 0.05, trials: tuple | None = None
                   ) -> dict[str, Any]:
     """Classify the shared cases of a (before) and b (after) and test the change in pass rate.
-    ``trials``: their ``case_trials``, when the reports were streamed (then a and b are their heads)."""
+    ``trials``: their ``case_trials``, when the reports were streamed (then a and b are their heads).
+    Cases are taken adapter by adapter, each in report order."""
     ta, tb = trials if trials is not None else (case_trials(a), case_trials(b))
-    va, vb = {c: case_verdict(v) for c, v in ta.items()}, {c: case_verdict(v) for c, v in tb.items()}
     pairing = case_pairing(a, b)
-    trial_pairs: dict[str, list[tuple[str, list[bool | None], list[bool | None]]]] = {}
+    paired = {x: y for x, y in (pairing or {}).items() if x in ta and y in tb}
     classes: dict[str, list[dict[str, str]]] = {c: [] for c in CLASSES}
     unmeasured: list[dict[str, str]] = []
     per_adapter: dict[str, dict[str, Any]] = {}
-    paired_b: set[tuple[str, str]] = set()
-    for (adapter, case), before in va.items():
-        if pairing is None or adapter not in pairing:
+    rates: dict[str, _Rate] = {}
+    pooled: dict[str, list[int]] = {}  # several adapters: a case is one cluster over them (its difficulty is shared)
+    only_a: list[str] = []
+    for adapter, cases in ta.items():
+        if adapter not in paired:
+            only_a += (f"{adapter}/{c}" for c in cases)
             continue
-        key_b = (pairing[adapter], case)
-        if key_b not in vb:
-            continue
-        paired_b.add(key_b)
-        trial_pairs.setdefault(adapter, []).append((case, ta[(adapter, case)], tb[key_b]))
-        after = vb[key_b]
-        row = {"adapter": adapter, "case": case}
-        if pairing[adapter] != adapter:
-            row["adapter_b"] = pairing[adapter]
-        counts = per_adapter.setdefault(adapter, {"shared": 0, **{c: 0 for c in CLASSES}, "unmeasured": 0})
-        counts["shared"] += 1
-        if before is None or after is None:
-            unmeasured.append(row)
-            counts["unmeasured"] += 1
-            continue
-        cls = ("stable" if after else "regressed") if before else ("fixed" if after else "still_broken")
-        classes[cls].append(row)
-        counts[cls] += 1
+        adapter_b = paired[adapter]
+        cases_b = tb[adapter_b]
+        rate = rates[adapter] = _Rate()
+        counts = per_adapter[adapter] = {"shared": 0, **{c: 0 for c in CLASSES}, "unmeasured": 0}
+        for case, code_a in cases.items():
+            code_b = cases_b.get(case)
+            if code_b is None:
+                only_a.append(f"{adapter}/{case}")
+                continue
+            measured = (*_measured(code_a), *_measured(code_b))
+            rate.add(*measured)
+            if len(paired) > 1:
+                into = pooled.setdefault(case, [0, 0, 0, 0])
+                for i, n in enumerate(measured):
+                    into[i] += n
+            before, after = _verdict(code_a), _verdict(code_b)
+            row = {"adapter": adapter, "case": case}
+            if adapter_b != adapter:
+                row["adapter_b"] = adapter_b
+            counts["shared"] += 1
+            if before is None or after is None:
+                unmeasured.append(row)
+                counts["unmeasured"] += 1
+                continue
+            cls = ("stable" if after else "regressed") if before else ("fixed" if after else "still_broken")
+            classes[cls].append(row)
+            counts[cls] += 1
+        if not counts["shared"]:
+            del per_adapter[adapter], rates[adapter]
     measured = sum(len(v) for v in classes.values())
     for adapter, counts in per_adapter.items():
         counts["mcnemar"] = _significance(counts["regressed"], counts["fixed"], counts["shared"] - counts["unmeasured"],
                                           counts["stable"], alpha)
-        counts["pass_rate"] = pass_rate_interval(trial_pairs[adapter], alpha)
-    only_a = sorted(f"{x}/{c}" for (x, c) in va if pairing is None or x not in pairing or (pairing[x], c) not in vb)
-    only_b = sorted(f"{x}/{c}" for (x, c) in vb if (x, c) not in paired_b)
+        counts["pass_rate"] = rates[adapter].result(alpha)
+    if len(paired) > 1:
+        overall = _Rate()
+        for into in pooled.values():
+            overall.add(*into)
+        pooled.clear()
+    else:
+        overall = next(iter(rates.values()), _Rate())
+    from_a = {y: x for x, y in paired.items()}
+    only_b = [f"{x}/{c}" for x, cases in tb.items() for c in cases
+              if x not in from_a or c not in ta[from_a[x]]]
     return {
         "pairing": pairing or {}, "shared": measured + len(unmeasured), "measured": measured,
         "counts": {c: len(v) for c, v in classes.items()} | {"unmeasured": len(unmeasured)},
-        **classes, "unmeasured": unmeasured, "only_in_a": only_a, "only_in_b": only_b,
+        **classes, "unmeasured": unmeasured, "only_in_a": sorted(only_a), "only_in_b": sorted(only_b),
         "per_adapter": per_adapter,
         "mcnemar": _significance(len(classes["regressed"]), len(classes["fixed"]), measured,
                                  len(classes["stable"]), alpha),
-        "pass_rate": pass_rate_interval([p for pairs in trial_pairs.values() for p in pairs], alpha),
+        "pass_rate": overall.result(alpha),
         "note": None if measured + len(unmeasured) else "the runs share no cases: nothing to compare case by case",
     }
 

@@ -56,8 +56,9 @@ def diff(run_a: str, run_b: str, tolerance: float, alpha: float, state_dir: Path
     result = diff_output(run_a, run_b, tolerance, alpha, state_dir)
     for note in result["notes"]:
         click.echo(f"evalfarm: note: {note}", err=True)
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
+    if as_json:  # written as it is encoded: a million-case diff lists every case
+        json.dump(result, sys.stdout, indent=2)
+        sys.stdout.write("\n")
     else:
         print_table(out_console, diff_table(result))
         for line in diff_text(result):

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .dist import two_sided
 from .scores import by_task, probability
@@ -99,13 +99,17 @@ def pair(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> Paired:
     return Paired(d, [(sa[t], sb[t]) for t in tasks], len(sa) + len(sb) - 2 * len(tasks))
 
 
-def interval_of(d: list[float], pairs: list[int], confidence: float = 0.95) -> tuple[float, float, float | None]:
+def interval_of(d: Sequence[float], pairs: list[int], confidence: float = 0.95) -> tuple[float, float, float | None]:
     """The adjusted interval (lo, hi, se) of the mean of per-task differences ``d`` (each in
     [-1, 1]; ``pairs[i]`` trial pairs behind ``d[i]``)."""
+    return _interval(d, math.fsum(pairs), confidence)
+
+
+def _interval(d: Sequence[float], pairs_sum: float, confidence: float) -> tuple[float, float, float | None]:
     n = len(d)
     if n < 2:
         return -1.0, 1.0, None
-    k = math.fsum(pairs) / n  # a pseudo trial pair weighs 1/k of a task
+    k = pairs_sum / n  # a pseudo trial pair weighs 1/k of a task
     weight = n + 2.0 / k
     center = math.fsum(d) / weight  # the pseudo pairs add +1/k and -1/k
     spread = math.fsum((x - center) ** 2 for x in d) + ((1.0 - center) ** 2 + (1.0 + center) ** 2) / (k * k)
@@ -126,7 +130,17 @@ def paired_interval(a: Mapping[Any, Any], b: Mapping[Any, Any], confidence: floa
     p = pair(a, b)
     if not p.d:
         raise ValueError("no task was scored in both arms: nothing to pair")
-    lo, hi, se = interval_of(p.d, p.pairs, confidence)
-    delta = math.fsum(p.d) / len(p.d)
-    return PairedInterval(delta=delta, lo=min(lo, delta), hi=max(hi, delta), se=se, tasks=len(p.d),
-                          trials=min(p.pairs), confidence=confidence, unpaired=p.unpaired)
+    pairs = p.pairs
+    return interval_of_differences(p.d, math.fsum(pairs), min(pairs), confidence, p.unpaired)
+
+
+def interval_of_differences(d: Sequence[float], pairs_sum: float, fewest: int, confidence: float = 0.95,
+                            unpaired: int = 0) -> PairedInterval:
+    """``paired_interval`` from the per-task differences already taken (``d``, at least one), the
+    trial pairs behind them summed and their fewest: what a caller that pairs millions of tasks as
+    it reads them keeps (``ci.diff``), instead of every task's trial scores."""
+    confidence = probability(confidence, "confidence")
+    lo, hi, se = _interval(d, pairs_sum, confidence)
+    delta = math.fsum(d) / len(d)
+    return PairedInterval(delta=delta, lo=min(lo, delta), hi=max(hi, delta), se=se, tasks=len(d),
+                          trials=fewest, confidence=confidence, unpaired=unpaired)
