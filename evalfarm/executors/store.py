@@ -13,6 +13,7 @@ neither the aggregate nor the coordinator ever holds a 100,000-item report whole
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import threading
 import time
@@ -421,38 +422,44 @@ class MemoryStore(RunStore):
         pass  # lives as long as its process
 
 
+SPOOL_CHUNK = 1 << 20
 _SIZE = (1 << 40) - 1  # a held value: its offset above 40 bits, its size (under a terabyte) below
 
 
 class SpoolStore(MemoryStore):
     """``MemoryStore`` with its items, results, prompts and report chunks in a private temporary file
     (each kept as one int: where it starts and how long it is), so a million-item run in this process
-    holds its keys and counters, not its outputs three times over (plan, result, report). Written and
-    read with ``pwrite``/``pread``: no shared file position between the loop and the progress thread."""
+    holds its keys and counters, not its outputs three times over (plan, result, report). Values are
+    gathered in a buffer and written a megabyte at a time (a syscall per value cost a rescore 7%);
+    a value still in the buffer is read from it."""
 
     def __init__(self) -> None:
         import tempfile
 
         super().__init__()
         self._spool = tempfile.TemporaryFile(prefix="evalfarm-run-")
-        self._end = 0
+        self._flushed = 0  # bytes in the file; the buffer holds what follows
+        self._buffer = bytearray()
         self._spool_lock = threading.Lock()
 
     def _hold(self, value: Any) -> int:
-        import os
-
         data = value.encode("utf-8") if isinstance(value, str) else value
         with self._spool_lock:
-            at = self._end
-            self._end += len(data)
-        os.pwrite(self._spool.fileno(), data, at)
+            at = self._flushed + len(self._buffer)
+            self._buffer += data
+            if len(self._buffer) >= SPOOL_CHUNK:
+                self._spool.write(self._buffer)
+                self._flushed += len(self._buffer)
+                self._buffer = bytearray()
         return at << 40 | len(data)
 
     def _bytes(self, held: int) -> bytes:
-        import os
-
-        size = held & _SIZE
-        data = os.pread(self._spool.fileno(), size, held >> 40)
+        at, size = held >> 40, held & _SIZE
+        with self._spool_lock:
+            if at >= self._flushed:
+                return bytes(self._buffer[at - self._flushed: at - self._flushed + size])
+            self._spool.flush()
+        data = os.pread(self._spool.fileno(), size, at)
         if len(data) != size:
             raise OSError(f"the run's spool file ended early ({len(data)} of {size} bytes)")
         return data

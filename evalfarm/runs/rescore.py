@@ -12,6 +12,7 @@ become ``stored`` stand-ins, so the model under test cannot be called.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -75,15 +76,11 @@ class StoredOutcomes:
             self.judged += 1
 
     def prompt(self, raw: Any) -> None:
-        import json
-
         self.prompts.write(json.dumps(raw).encode("utf-8") + b"\n")
         self.prompt_count += 1
 
     def iter_prompts(self) -> Iterator[Any]:
         """The prompts section as it was read, one parsed prompt at a time."""
-        import json
-
         self.prompts.flush()
         self.prompts.seek(0)
         for line in self.prompts:
@@ -179,22 +176,23 @@ def _prompts_file(stored: StoredOutcomes, path: Path, by_id: dict[str, PromptSpe
                 if p.id in ids:
                     raise _bad(path, "its prompts section lists a prompt id twice")
                 ids.add(p.id)
-                if by_id is not None:
-                    new = by_id.get(p.id)
-                    if new is None:
-                        kept += 1
-                    else:
-                        if new.text not in p.text:  # (a prompt version's user template wraps the case's text)
-                            changed_text += 1
-                        p = p.model_copy(update={f: getattr(new, f) for f in SCORING_FIELDS})
+                new = by_id.get(p.id) if by_id is not None else None
+                if new is None:
+                    kept += 1
+                    line = json.dumps(raw)  # as the report held it (and checked above)
+                else:
+                    if new.text not in p.text:  # (a prompt version's user template wraps the case's text)
+                        changed_text += 1
+                    p = p.model_copy(update={f: getattr(new, f) for f in SCORING_FIELDS})
+                    line = prompt_json(p)
                 out.criteria = out.criteria or bool(p.criteria)
-                fh.write(prompt_json(p).encode("utf-8") + b"\n")  # as the report wrote it
+                fh.write(line.encode("utf-8") + b"\n")
                 out.count += 1
     except BaseException:
         out.close()
         raise
     notes = []
-    if kept:
+    if kept and by_id is not None:
         notes.append(f"{kept} of the run's {out.count} prompts are not in {spec_path}: they keep their stored "
                      "checks and criteria")
     if changed_text:
@@ -264,7 +262,7 @@ def rescoring(report: dict[str, Any], path: Path, *, spec_path: Path | None = No
         prompts.close()
         raise
     judged = stored.judged if spec.judge is not None else 0
-    return RescoreInput(spec=spec, source=PromptSource(stream=prompts.path, count=prompts.count), trials=trials,
+    return RescoreInput(spec=spec, source=PromptSource(stream=prompts.path, count=prompts.count, checked=True), trials=trials,
                         outcomes=outcomes, source_run=report["run_id"], source_hash=digest, judge_calls=judged,
                         notes=notes, prompts=prompts)
 
