@@ -37,6 +37,23 @@ def warm(*modules: str) -> None:
     threading.Thread(target=load, name="evalfarm-warm", daemon=True).start()
 
 
+def warm_later(update, *modules: str):
+    """``update`` (a progress callback) that calls ``warm(*modules)`` at its second call: the first comes
+    as the run starts, the second a tick later, when the run's first calls are in flight. Started before
+    the run, the imports held the GIL while the provider's client was imported and the first requests
+    were sent (a 200 ms run's first request went out ~30 ms later)."""
+    calls = 0
+
+    def progress(p) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            warm(*modules)
+        update(p)
+
+    return progress
+
+
 def _escape(text: str) -> str:
     from rich.markup import escape
 

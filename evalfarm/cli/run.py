@@ -69,7 +69,7 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
     from ..spec.binding import bind_environment
     from ..spec.load import open_spec, spec_from_cases
     from ..spec.prompts import dataset_hash, version_for
-    from .live import LiveProgress, warm
+    from .live import LiveProgress, warm_later
 
     if (spec_path is None) == (not datasets):
         raise EvalfarmError("give a SPEC file or --dataset CASES (with --model), not both and not neither")
@@ -155,16 +155,16 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
                                      margin if margin is not None else (spec.thresholds.max_drop if spec.thresholds
                                                                         and spec.thresholds.max_drop is not None
                                                                         else 0.05), as_json))
-    if not detach:
-        warm("evalfarm.cli.deliver", "evalfarm.runs.deliver")  # the summary (rich): imported while the run waits
     with LiveProgress(enabled=False if as_json or detach else None) as bar:
+        # the summary's modules (rich) are imported while the run waits on its calls
+        progress = bar.update if detach else warm_later(bar.update, "evalfarm.cli.deliver", "evalfarm.runs.deliver")
         run = start(spec, source, target, trials=trials, options=options, where=spec_file.where,
-                    on_progress=bar.update)
+                    on_progress=progress)
         if detach:
             click.echo(run.run_id)
             return
         try:
-            run.wait(bar.update, timeout_s)
+            run.wait(progress, timeout_s)
         except KeyboardInterrupt:
             from .farm import still_running
 

@@ -422,7 +422,7 @@ class MemoryStore(RunStore):
         pass  # lives as long as its process
 
 
-SPOOL_CHUNK = 1 << 20
+SPOOL_CHUNK = 32 << 20  # a 1,000-item run never touches the file
 _SIZE = (1 << 40) - 1  # a held value: its offset above 40 bits, its size (under a terabyte) below
 
 
@@ -430,7 +430,7 @@ class SpoolStore(MemoryStore):
     """``MemoryStore`` with its items, results, prompts and report chunks in a private temporary file
     (each kept as one int: where it starts and how long it is), so a million-item run in this process
     holds its keys and counters, not its outputs three times over (plan, result, report). Values are
-    gathered in a buffer and written a megabyte at a time (a syscall per value cost a rescore 7%);
+    gathered in a buffer and written 32 MB at a time (a syscall per value cost a rescore 7%);
     a value still in the buffer is read from it."""
 
     def __init__(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import os
 import time
@@ -93,8 +94,14 @@ class LocalLimiter:
 
 
 def endpoint_id(base_url: str, api_key_env: str) -> str:
-    """Identifies (endpoint, key) without revealing the key: a short hash of both."""
+    """Identifies (endpoint, key) without revealing the key: a short hash of both (asked twice per call:
+    remembered per endpoint and key, as the key may change between runs of a long-lived worker)."""
     key = os.environ.get(api_key_env, "")
+    return _endpoint_id(base_url, key)
+
+
+@functools.lru_cache(maxsize=256)
+def _endpoint_id(base_url: str, key: str) -> str:
     return hashlib.sha256(f"{base_url.rstrip('/')}\0{key}".encode()).hexdigest()[:16]
 
 
