@@ -198,3 +198,30 @@ def test_judge_model_swaps_the_judge(tmp_path, provider):
     assert json.loads(res.stdout)["judge"]["model"] == "j2"
     db = sqlite3.connect(state / "registry.db")
     assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 1  # --no-save records nothing
+
+
+def test_a_report_from_elsewhere_with_a_bad_prompts_section_is_one_line_and_leaves_no_spool(tmp_path):
+    """The prompts are checked as they are spooled to the re-scoring run's dataset file: a repeated id or
+    a prompt that is not one is said in one line (exit 2), and the spool folder is gone."""
+    import os
+    import tempfile
+
+    state = tmp_path / "state"
+    res = run_cli("run", str(Path(__file__).parent.parent / "examples" / "smoke.yaml"), "--state-dir", str(state),
+                  "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    saved = json.loads((state / "runs" / f"{json.loads(res.stdout)['run_id']}.json").read_text())
+    before = {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("evalfarm-rescore-")}
+    cases = {"dup": ("id", saved["prompts"][0]["id"], "its prompts section lists a prompt id twice"),
+             "bad": ("text", 5, "prompts[1].text: Input should be a valid string")}
+    for name, (field, value, said) in cases.items():
+        report = json.loads(json.dumps(saved))
+        report["prompts"][1][field] = value
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(report))
+        # another state dir: a report from elsewhere, its verdicts checked, not refused as edited
+        res = run_cli("rescore", str(path), "--state-dir", str(tmp_path / "other"), "--no-save", cwd=tmp_path)
+        assert res.returncode == 2, res.stderr
+        assert res.stderr == f"evalfarm: error: {path}: cannot re-score this report: {said}\n"
+    after = {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("evalfarm-rescore-")}
+    assert after <= before

@@ -24,7 +24,7 @@ from ..providers.limits import set_process_cap
 from ..core.plan import Plan
 from .base import ProgressFn
 from .finalize import finalize
-from .store import MemoryStore, RunStore, batched, progress_of
+from .store import RunStore, SpoolStore, batched, progress_of
 
 PLAN_CHUNK = 256
 
@@ -34,7 +34,7 @@ class InProcessBackend:
 
     def __init__(self, concurrency: int = 64, store: RunStore | None = None, progress_s: float = 0.1) -> None:
         self.concurrency, self.progress_s = concurrency, progress_s
-        self.store: RunStore = store or MemoryStore()
+        self.store: RunStore = store or SpoolStore()  # a big run's outputs on disk, not in memory
         self.stopped: str | None = None
 
     def start(self, plan: Plan, engine: Engine, on_progress: ProgressFn | None = None) -> None:

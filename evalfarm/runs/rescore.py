@@ -12,12 +12,14 @@ become ``stored`` stand-ins, so the model under test cannot be called.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from pydantic import ValidationError
 
+from ..core.plan import prompt_json
 from ..engine.stored import stored_adapter
 from ..errors import UsageError
 from ..executors.base import ProgressFn
@@ -54,7 +56,8 @@ class StoredOutcomes:
         self.count = 0
         self.second: tuple[int, Case] | None = None  # the first outcome that repeats a case
         self.judged = 0  # outcomes the judge will be asked about, if there is one
-        self.prompts: list[Any] = []
+        self.prompts = tempfile.TemporaryFile(prefix="evalfarm-rescore-prompts-")  # the prompts section, a line each
+        self.prompt_count = 0
 
     def add(self, o: dict[str, Any], new: Any = None) -> None:
         import marshal
@@ -73,7 +76,15 @@ class StoredOutcomes:
             self.judged += 1
 
     def prompt(self, raw: Any) -> None:
-        self.prompts.append(raw)
+        self.prompts.write(json.dumps(raw).encode("utf-8") + b"\n")
+        self.prompt_count += 1
+
+    def iter_prompts(self) -> Iterator[Any]:
+        """The prompts section as it was read, one parsed prompt at a time."""
+        self.prompts.flush()
+        self.prompts.seek(0)
+        for line in self.prompts:
+            yield json.loads(line)
 
     def first_outside(self, prompt_ids: set[str], adapters: set[str], trials: int) -> tuple[int, Case] | None:
         """The first outcome (index, case) not in the plan these make, if any (in file order), unless a
@@ -110,6 +121,7 @@ class RescoreInput:
     source_hash: str  # sha256: of the source report's bytes (the lineage stub records it)
     judge_calls: int = 0  # items the judge will be asked about
     notes: list[str] = field(default_factory=list)
+    prompts: PromptsFile | None = None  # the file ``source`` streams, removed once the run is planned
 
     def stored(self, prompt_id: str, adapter: str, trial: int) -> dict[str, Any]:
         return self.outcomes[(prompt_id, adapter, trial)]
@@ -119,20 +131,74 @@ def _bad(path: Path, what: str) -> UsageError:
     return UsageError(f"{path}: cannot re-score this report: {what}")
 
 
-def _prompts(report: dict[str, Any], path: Path) -> list[PromptSpec]:
-    raw = report.get("prompts")
-    if not raw:
+def _prompt(raw: Any, i: int, path: Path) -> PromptSpec:
+    try:
+        return PromptSpec.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise _bad(path, f"prompts[{i}].{where}: {err['msg']}") from None
+
+
+class PromptsFile:
+    """The run's prompts, checked and given their new scoring one at a time, written as a JSONL
+    dataset the re-scoring run streams (``PromptSource.stream``): a million prompts are never a list.
+    Removed with ``close``."""
+
+    def __init__(self) -> None:
+        import tempfile
+
+        self.folder = Path(tempfile.mkdtemp(prefix="evalfarm-rescore-"))
+        self.path = self.folder / "prompts.jsonl"
+        self.count = 0
+        self.criteria = False  # a prompt has criteria (a judge is needed)
+
+    def close(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _prompts_file(stored: StoredOutcomes, path: Path, by_id: dict[str, PromptSpec] | None, spec_path: Path | None
+                  ) -> tuple[PromptsFile, set[str], list[str]]:
+    """The run's prompts as sent, each checked, with ``by_id``'s scoring (a new spec's prompts) where
+    it knows the id: (the dataset file, the prompt ids, notes on what changed)."""
+    if not stored.prompt_count:
         raise _bad(path, "it has no prompts section (reports record each prompt as sent since the prompts "
                          "section was added); run the spec again")
-    out = []
-    for i, p in enumerate(raw):
-        try:
-            out.append(PromptSpec.model_validate(p))
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(x) for x in err["loc"])
-            raise _bad(path, f"prompts[{i}].{where}: {err['msg']}") from None
-    return out
+    out = PromptsFile()
+    ids: set[str] = set()
+    kept = changed_text = 0
+    try:
+        with open(out.path, "wb") as fh:
+            for i, raw in enumerate(stored.iter_prompts()):
+                p = _prompt(raw, i, path)
+                if p.id in ids:
+                    raise _bad(path, "its prompts section lists a prompt id twice")
+                ids.add(p.id)
+                new = by_id.get(p.id) if by_id is not None else None
+                if new is None:
+                    kept += 1
+                    line = json.dumps(raw)  # as the report held it (and checked above)
+                else:
+                    if new.text not in p.text:  # (a prompt version's user template wraps the case's text)
+                        changed_text += 1
+                    p = p.model_copy(update={f: getattr(new, f) for f in SCORING_FIELDS})
+                    line = prompt_json(p)
+                out.criteria = out.criteria or bool(p.criteria)
+                fh.write(line.encode("utf-8") + b"\n")
+                out.count += 1
+    except BaseException:
+        out.close()
+        raise
+    notes = []
+    if kept and by_id is not None:
+        notes.append(f"{kept} of the run's {out.count} prompts are not in {spec_path}: they keep their stored "
+                     "checks and criteria")
+    if changed_text:
+        notes.append(f"{changed_text} prompt(s) of {spec_path} now read differently from what the run sent: their "
+                     "outputs answer the text that was sent, which is what is scored")
+    return out, ids, notes
 
 
 def _stored_outcomes(store: StoredOutcomes, path: Path, prompt_ids: set[str], adapters: list[str],
@@ -151,42 +217,23 @@ def _stored_outcomes(store: StoredOutcomes, path: Path, prompt_ids: set[str], ad
     return store
 
 
-def _new_scoring(prompts: list[PromptSpec], spec_path: Path) -> tuple[EvalSpec, list[PromptSpec], list[str]]:
-    spec_file = open_spec(spec_path)
-    by_id = {p.id: p for p in spec_file.source.raw()}
-    notes, kept, changed_text = [], 0, 0
-    rescored = []
-    for p in prompts:
-        new = by_id.get(p.id)
-        if new is None:
-            kept += 1
-            rescored.append(p)
-            continue
-        if new.text not in p.text:  # (a prompt version's user template wraps the case's text)
-            changed_text += 1
-        rescored.append(p.model_copy(update={f: getattr(new, f) for f in SCORING_FIELDS}))
-    if kept:
-        notes.append(f"{kept} of the run's {len(prompts)} prompts are not in {spec_path}: they keep their stored "
-                     "checks and criteria")
-    if changed_text:
-        notes.append(f"{changed_text} prompt(s) of {spec_path} now read differently from what the run sent: their "
-                     "outputs answer the text that was sent, which is what is scored")
-    return spec_file.spec, rescored, notes
-
-
 def rescoring(report: dict[str, Any], path: Path, *, spec_path: Path | None = None, judge_model: str | None = None,
               judge_base_url: str | None = None, stored: StoredOutcomes, digest: str) -> RescoreInput:
     """The re-scoring run of a stored, complete report read from ``path``: ``report`` its head, ``stored``
     its outcomes and prompts as it was read (``runs.report_pass``), ``digest`` the hash of its bytes."""
-    prompts = _prompts({"prompts": stored.prompts}, path)
+    if not stored.prompt_count:
+        raise _bad(path, "it has no prompts section (reports record each prompt as sent since the prompts "
+                         "section was added); run the spec again")
     adapters = list(report.get("adapters") or report["per_adapter"])
     trials = report.get("trials")
     if not isinstance(trials, int) or trials < 1 or not adapters or not all(isinstance(a, str) for a in adapters):
         raise _bad(path, "its trials or adapters are not readable")
-    notes: list[str] = []
+    by_id = None
     if spec_path is not None:
-        new_spec, prompts, notes = _new_scoring(prompts, spec_path)
-        name, tag, judge, thresholds = new_spec.name, new_spec.lineage_tag, new_spec.judge, new_spec.thresholds
+        new_spec = open_spec(spec_path)
+        by_id = {p.id: p for p in new_spec.source.raw()}
+        name, tag, judge, thresholds = (new_spec.spec.name, new_spec.spec.lineage_tag, new_spec.spec.judge,
+                                        new_spec.spec.thresholds)
     else:
         name, tag = str(report.get("spec_name") or "rescored"), report.get("lineage_tag")
         try:
@@ -195,25 +242,29 @@ def rescoring(report: dict[str, Any], path: Path, *, spec_path: Path | None = No
         except ValidationError as exc:
             raise _bad(path, f"its judge or thresholds are not valid ({exc.errors()[0]['msg']}); pass --spec FILE") \
                 from None
-    if judge_model:
-        judge = judge.model_copy(update={"model": judge_model}) if judge is not None else JudgeSpec(model=judge_model)
-    if judge is None and any(p.criteria for p in prompts):
-        notes.append("the prompts have criteria but there is no judge: pass --judge-model M to judge them")
-    ids = [p.id for p in prompts]
-    if len(set(ids)) != len(ids):
-        raise _bad(path, "its prompts section lists a prompt id twice")
-    outcomes = _stored_outcomes(stored, path, set(ids), adapters, trials)
+    prompts, ids, notes = _prompts_file(stored, path, by_id, spec_path)
     try:
-        spec = EvalSpec(name=name, lineage_tag=tag, adapters=list(adapters), prompts=prompts, judge=judge,
-                        thresholds=thresholds, trials=trials)
-    except ValidationError as exc:
-        raise _bad(path, str(exc.errors()[0]["msg"])) from None
-    spec = bind_environment(spec, judge_base_url=judge_base_url)  # the judge's endpoint; adapters are stand-ins
-    spec = spec.model_copy(update={"adapters": [stored_adapter(a, report["run_id"]) for a in adapters]})
+        if judge_model:
+            judge = (judge.model_copy(update={"model": judge_model}) if judge is not None
+                     else JudgeSpec(model=judge_model))
+        if judge is None and prompts.criteria:
+            notes.append("the prompts have criteria but there is no judge: pass --judge-model M to judge them")
+        outcomes = _stored_outcomes(stored, path, ids, adapters, trials)
+        ids.clear()
+        try:
+            spec = EvalSpec(name=name, lineage_tag=tag, adapters=list(adapters), judge=judge, thresholds=thresholds,
+                            trials=trials)
+        except ValidationError as exc:
+            raise _bad(path, str(exc.errors()[0]["msg"])) from None
+        spec = bind_environment(spec, judge_base_url=judge_base_url)  # the judge's endpoint; adapters are stand-ins
+        spec = spec.model_copy(update={"adapters": [stored_adapter(a, report["run_id"]) for a in adapters]})
+    except BaseException:
+        prompts.close()
+        raise
     judged = stored.judged if spec.judge is not None else 0
-    return RescoreInput(spec=spec, source=PromptSource(inline=tuple(prompts), count=len(prompts)), trials=trials,
+    return RescoreInput(spec=spec, source=PromptSource(stream=prompts.path, count=prompts.count, checked=True), trials=trials,
                         outcomes=outcomes, source_run=report["run_id"], source_hash=digest, judge_calls=judged,
-                        notes=notes)
+                        notes=notes, prompts=prompts)
 
 
 @dataclass
@@ -228,8 +279,12 @@ class Rescore:
         from .submit import start
 
         rin = self.input
-        return start(rin.spec, rin.source, target, trials=rin.trials, on_progress=on_progress,
-                     stored=lambda item: rin.stored(item.prompt.id, item.adapter, item.trial))
+        try:
+            return start(rin.spec, rin.source, target, trials=rin.trials, on_progress=on_progress,
+                         stored=lambda item: rin.stored(item.prompt.id, item.adapter, item.trial))
+        finally:
+            if rin.prompts is not None:
+                rin.prompts.close()
 
 
 def prepare(run_ref: str, state: "StateDir", *, spec_path: Path | None = None, judge_model: str | None = None,
