@@ -61,11 +61,16 @@ def failed_run(tmp_path) -> tuple[Path, Path, Path]:
 
 
 def every_reader(state: Path, path: Path) -> dict[str, str]:
-    """gate, baseline, diff, rescore, export on the report: each one line, exit 2."""
+    """gate, baseline, diff, rescore, export on the report: each one line, exit 2, nothing written."""
+    out = state.parent / "exported"
     args = {"gate": ["gate", str(path)], "baseline": ["baseline", str(path), "--name", "edited"],
             "diff": ["diff", str(path), str(path)], "rescore": ["rescore", str(path), "--no-save"],
-            "export": ["export", "jsonl", str(path)]}
-    return {name: one_line(run_cli(*a, "--state-dir", str(state))) for name, a in args.items()}
+            "export": ["export", "jsonl", str(path)],
+            "export inspect": ["export", "inspect", str(path), "-o", str(out / "inspect.json")],
+            "export trajectory": ["export", "trajectory", str(path), "-o", str(out / "atif")]}
+    lines = {name: one_line(run_cli(*a, "--state-dir", str(state))) for name, a in args.items()}
+    assert not out.exists()
+    return lines
 
 
 def test_a_flipped_report_is_refused_by_its_lineage_then_its_seal_then_its_outputs(failed_run):
@@ -148,6 +153,11 @@ def test_an_imported_baseline_is_sealed_and_the_gate_recomputes_it(failed_run, t
                                                           (rid,)).fetchone()
     assert row == ("imported",)
     copy = state / "runs" / f"{rid}.json"
+    assert copy.read_bytes() == pristine.read_bytes()  # streamed into place, the bytes checked
+    assert "## Failed items (2)" in copy.with_suffix(".md").read_text()  # its failed items listed, as a run's
+    cases = sqlite3.connect(state / "registry.db").execute("SELECT COUNT(*) FROM case_verdicts WHERE run_id = ?",
+                                                           (rid,)).fetchone()
+    assert cases == (3,)  # recorded from the copy, its cases streamed
     gated = run_cli("gate", str(pristine), "--baseline", "imported", "--state-dir", str(state))
     assert gated.returncode == 1 and "against baseline 'imported'" in gated.stdout, gated.stdout + gated.stderr
     flip(copy)

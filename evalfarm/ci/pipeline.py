@@ -60,6 +60,19 @@ def baseline_for(name: str | None, default: str | None, state_dir: Path):
     return (found[0], *trusted_report(found[1], state_dir, "gate", found[2]))
 
 
+def streamed_baseline(name: str | None, default: str | None, state_dir: Path):
+    """``baseline_for`` read in one pass (``streamed_report``): (name, the report's head with its
+    verdicts and figures decided again, notes, its case trials as ``ci.diff.CaseTrials`` keeps them);
+    a million-item baseline is never held."""
+    from .diff import CaseTrials
+
+    found = baseline_path(name, default, state_dir)
+    if found is None:
+        return None, None, [], None
+    head, notes, cases = streamed_report(found[1], state_dir, "gate", found[2], lambda: CaseTrials(rechecked=True))
+    return found[0], head, notes, cases.trials
+
+
 def streamed_report(path: Path, state_dir: Path, use: str, where: str | None, make_sink) -> tuple[Any, ...]:
     """``trusted_report`` read in one pass (``runs.report_pass``): (the report's head with its verdicts
     and figures decided again, the notes, the sink fed each outcome)."""
@@ -86,7 +99,7 @@ def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, 
         say([f"prompt {prompt['name']}@{prompt['version']} ({prompt['hash'][:19]}, by {prompt['resolved_by']})"])
     if not (gate_on or promote or name or options.get("junit") or options.get("pr_summary")):
         return out
-    from .diff import compare_cases, describe_cases
+    from .diff import case_trials, compare_cases, describe_cases
     from .flaky import known_flaky
     from .gate import evaluate
     from .reports import pr_summary, write_junit, write_pr_summary
@@ -97,22 +110,24 @@ def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, 
                  f"{report.get('items_done')} of {report.get('items_planned')} items)"])
         return out
 
-    result = baseline = None
+    result = baseline = trials = None
     base_name = None
     if gate_on or promote or name:
-        try:
-            base_name, baseline, notes = baseline_for(name, report.get("spec_name"), state_dir)
+        try:  # the baseline streamed: its head and its case trials (the run's own report is in hand)
+            base_name, baseline, notes, base_trials = streamed_baseline(name, report.get("spec_name"), state_dir)
             say([f"evalfarm: note: {n}" for n in notes])
+            if baseline is not None:
+                trials = (base_trials, case_trials(report))
         except UsageError:
             if not promote:  # --promote --baseline NEW creates it
                 raise
         if baseline is not None and not gate_on:
             say([f"against baseline {base_name!r} (run {baseline.get('run_id')}):",
-                 *("  " + x for x in describe_cases(compare_cases(baseline, report)))])
+                 *("  " + x for x in describe_cases(compare_cases(baseline, report, trials=trials)))])
     if gate_on or promote:
         thresholds = thresholds or Thresholds.model_validate(report["thresholds"])
         flaky = known_flaky(state_dir, report["run_id"]) if json_path is not None and baseline is not None else None
-        result = evaluate(report, thresholds, baseline, base_name, flaky, bool(options.get("strict")))
+        result = evaluate(report, thresholds, baseline, base_name, flaky, bool(options.get("strict")), trials)
         if gate_on:
             say(result.lines())
             if result.cases is not None:

@@ -173,18 +173,20 @@ def gate(run_ref: str, baseline_name: str | None, spec_path: Path | None, state_
 @state_dir_option
 def baseline(run_ref: str, name: str | None, state_dir: Path) -> None:
     """Promote a stored RUN (path, id, id prefix, baseline:NAME) to a named baseline."""
-    import hashlib
-
-    from ..runs.archive import list_runs, require_complete, runs_dir, save_report
+    from ..core.report.markdown import render_markdown
+    from ..runs.archive import list_runs, require_complete, runs_dir, save_report_stream
     from ..runs.registry import Registry, check_baseline_name, is_stored, resolve_ref
-    from ..runs.trust import load_trusted
+    from ..runs.report_pass import read_pass
     from ..names import baseline_name_problem
 
     if name is not None:
         check_baseline_name(name, "--name")
     path = resolve_ref(run_ref, state_dir)
-    trusted = load_trusted(path, state_dir, "baseline")  # edited: exit 2; from elsewhere: its verdicts checked
-    report = require_complete(trusted.report, str(path))
+    # one streamed pass, nothing of the outcomes held but the few failed items a copy's Markdown lists:
+    # edited: exit 2; from elsewhere: its verdicts checked (runs.trust)
+    run = read_pass(path, state_dir, "baseline", _FailedSample)
+    trusted = run.trusted
+    report = require_complete(trusted.report, str(path))  # the head: no outcomes, no prompts
     for note in trusted.notes:
         click.echo(f"evalfarm: note: {note}", err=True)
     if name is None and baseline_name_problem(report["spec_name"]):
@@ -193,18 +195,47 @@ def baseline(run_ref: str, name: str | None, state_dir: Path) -> None:
     if report.get("nothing_measured"):
         raise NothingMeasuredError(f"{path}: run {report.get('run_id')} measured nothing (every item errored); "
                                    "it cannot be a baseline")
-    if "run_id" not in report or "outcomes" not in report:
+    if "run_id" not in report:
         raise UsageError(f"{path}: not a complete evalfarm report (no run_id or outcomes)")
     if not is_stored(path, state_dir):  # a report from elsewhere: keep a copy the baseline can rely on
         stored = runs_dir(state_dir) / f"{report['run_id']}.json"
         if stored not in list_runs(state_dir):
-            raw = path.read_bytes()
-            if "sha256:" + hashlib.sha256(raw).hexdigest() != trusted.digest:
-                raise UsageError(f"{path}: changed while it was being read; try again")
-            save_report(report, state_dir, raw=raw, seal_kind="imported")  # sealed: the bytes just checked
+            markdown = render_markdown(report, run.sink.failed).encode("utf-8")
+            # sealed: the bytes copied are the bytes checked (their hash, taken as they are copied)
+            save_report_stream(report, _same_bytes(path, trusted.digest), state_dir, markdown,
+                               seal_kind="imported")
         path = stored
     target = name or report.get("spec_name")
-    prev = Registry(state_dir).promote(target, report, path)
+    prev = Registry(state_dir).promote(target, report, path)  # records the run: its cases streamed
     click.echo(f"baseline {target!r} -> run {report['run_id']}" + (f" (was {prev})" if prev else " (new)"))
 
 
+class _FailedSample:
+    """All a baseline's pass keeps of the run's outcomes: the first failed items
+    (``core.report.builder.FAILED_SAMPLE``), which an imported copy's Markdown lists as a run's own
+    Markdown lists them."""
+
+    def __init__(self) -> None:
+        from ..core.report.builder import FAILED_SAMPLE
+        from ..core.verdict import item_passed
+
+        self.failed: list[dict] = []
+        self.limit, self.item_passed = FAILED_SAMPLE, item_passed
+
+    def add(self, o: dict, new: dict | None) -> None:
+        if len(self.failed) < self.limit and (o.get("error") or self.item_passed(o) is False):
+            self.failed.append(o)
+
+
+def _same_bytes(path: Path, digest: str):
+    """The file's bytes a megabyte at a time, hashed as they go: when they are not the bytes that were
+    checked (``digest``), exit 2 before the copy is renamed into place (``archive.write_stream``)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+            yield chunk
+    if "sha256:" + h.hexdigest() != digest:
+        raise UsageError(f"{path}: changed while it was being read; try again")

@@ -101,17 +101,6 @@ def export_cmd() -> None:
     """Export a stored run in another tool's format."""
 
 
-def _report(run: str, state_dir: Path) -> tuple[dict[str, Any], str]:
-    """The stored run, every field checked by the one report validation (core.report) on load."""
-    from ..runs.trust import load_trusted
-
-    path = resolve_ref(run, state_dir)
-    trusted = load_trusted(path, state_dir, "export")  # an edited report is exit 2 (runs.trust)
-    for note in trusted.notes:
-        click.echo(f"evalfarm: note: {note}", err=True)
-    return trusted.report, str(path)
-
-
 def _export_rows(run: str, output: Path | None, state_dir: Path, fmt: str) -> None:
     """The run's rows, written as its report is streamed (``runs.report_pass``) into a spool file: the
     first byte goes out only once the whole report's hash is checked."""
@@ -182,38 +171,91 @@ def export_csv(run: str, output: Path | None, state_dir: Path) -> None:
 def export_trajectory(run: str, item_key: str | None, output: Path, state_dir: Path) -> None:
     """Each agent item's trajectory as Harbor's ATIF v1.4 JSON (one file per item). Trajectories are read
     from the blob directory (the state dir's blobs, or EVALFARM_BLOB_DIR)."""
-    from ..interop.atif import encode, file_name, to_atif
+    import tempfile
+
+    from ..runs.report_pass import read_pass
     from ..runs.state import StateDir
 
-    report, source = _report(run, state_dir)
+    path = resolve_ref(run, state_dir)
+    source = str(path)
     blobs = StateDir.of(state_dir).blobs
-    items = [o for o in report.get("outcomes") or [] if isinstance(o, dict) and isinstance(o.get("agent"), dict)]
-    if item_key:
-        items = [o for o in items if str(o.get("key") or "").startswith(item_key)]
-        if len(items) != 1:
-            raise UsageError(f"--item {item_key}: {'no' if not items else len(items)} agent items of {source} match; "
-                             "give a key (or a unique prefix) from `evalfarm export jsonl`")
-    docs, missing = [], []
-    for o in items:
+    with tempfile.TemporaryFile(prefix="evalfarm-export-") as spool:
+        def fresh() -> _AtifSink:  # a report read whole after a streamed start begins again
+            spool.seek(0)
+            spool.truncate()
+            return _AtifSink(item_key, blobs, spool)
+
+        # one streamed pass (an edited report is exit 2: runs.trust); each agent item's ATIF document
+        # spooled as its outcome goes by, written out only once the whole report's hash is checked
+        p = read_pass(path, state_dir, "export", fresh)
+        sink = p.sink
+        for note in p.trusted.notes:
+            click.echo(f"evalfarm: note: {note}", err=True)
+        if item_key:
+            if sink.matched != 1:
+                raise UsageError(f"--item {item_key}: {'no' if not sink.matched else sink.matched} agent items of "
+                                 f"{source} match; give a key (or a unique prefix) from `evalfarm export jsonl`")
+            sink.document(sink.first)
+        if sink.error is not None:
+            raise sink.error
+        if not sink.docs:
+            raise UsageError(f"{source}: no agent item with a stored trajectory (looked in {blobs}; set "
+                             "EVALFARM_BLOB_DIR to where the run's agents stored theirs)")
+        output.mkdir(parents=True, exist_ok=True)
+        spool.seek(0)
+        for _ in range(sink.docs):
+            name = spool.readline()[:-1].decode("utf-8")
+            size = int(spool.readline())
+            atomic_write(output / name, spool.read(size))
+    click.echo(f"wrote {sink.docs} ATIF trajectories to {output}"
+               + (f"; {sink.missing} agent items have none (no parser for their agent, or not stored here)"
+                  if sink.missing else ""), err=True)
+
+
+class _AtifSink:
+    """What ``export trajectory`` keeps of a streamed run: each agent item's ATIF document written to
+    ``spool`` (its name, its size, its bytes) as the item goes by; with ``--item``, the first matching
+    agent item and how many match. A damaged blob is said after the report's own checks (``error``)."""
+
+    def __init__(self, item_key: str | None, blobs: Path, spool: Any) -> None:
+        self.item_key, self.blobs, self.spool = item_key, blobs, spool
+        self.run_id = ""
+        self.matched, self.first = 0, None
+        self.docs = self.missing = 0
+        self.error: UsageError | None = None
+
+    def start(self, head: dict[str, Any]) -> None:
+        self.run_id = str(head.get("run_id"))
+
+    def add(self, o: Any, new: Any = None) -> None:
+        if not (isinstance(o, dict) and isinstance(o.get("agent"), dict)):
+            return
+        if self.item_key:
+            if str(o.get("key") or "").startswith(self.item_key):
+                self.matched += 1
+                if self.matched == 1:
+                    self.first = o
+            return
+        self.document(o)
+
+    def document(self, o: dict[str, Any]) -> None:
+        from ..interop.atif import encode, file_name, to_atif
+
+        if self.error is not None:
+            return
         sha = str(o["agent"].get("trajectory_sha256") or "")
-        path = blobs / f"{sha}.trajectory.json"
+        path = self.blobs / f"{sha}.trajectory.json"
         if len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha) or not path.is_file():
-            missing.append(str(o.get("key"))[:12])
-            continue
+            self.missing += 1
+            return
         try:
             trajectory = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise UsageError(f"{path}: not a stored trajectory ({exc}); the blob directory is damaged") from None
-        docs.append((file_name(o), encode(to_atif(trajectory, o, str(report.get("run_id"))))))
-    if not docs:
-        raise UsageError(f"{source}: no agent item with a stored trajectory (looked in {blobs}; set "
-                         "EVALFARM_BLOB_DIR to where the run's agents stored theirs)")
-    output.mkdir(parents=True, exist_ok=True)
-    for name, data in docs:
-        atomic_write(output / name, data)
-    click.echo(f"wrote {len(docs)} ATIF trajectories to {output}"
-               + (f"; {len(missing)} agent items have none (no parser for their agent, or not stored here)"
-                  if missing else ""), err=True)
+            self.error = UsageError(f"{path}: not a stored trajectory ({exc}); the blob directory is damaged")
+            return
+        data = encode(to_atif(trajectory, o, self.run_id))
+        self.spool.write(file_name(o).encode("utf-8") + b"\n" + str(len(data)).encode() + b"\n" + data)
+        self.docs += 1
 
 
 @export_cmd.command("inspect")
@@ -231,87 +273,162 @@ def export_inspect(run: str, output: Path, adapter: str | None, spec_path: Path 
     messages, output, scores and model usage; results with metrics; status success, error or
     cancelled. Into a folder, each log is named as Inspect names its own
     (YYYY-MM-DDTHH-MM-SS..._TASK_ADAPTER_ID.json), so `inspect view` and `inspect log list` list it."""
+    import tempfile
     from importlib.metadata import PackageNotFoundError, version
 
-    from ..interop.inspect_log import INSPECT_NAME, eval_log, file_name
+    from ..interop.inspect_log import INSPECT_NAME, file_name
+    from ..runs.report_pass import read_pass
 
-    report, source = _report(run, state_dir)
-    adapters = list(dict.fromkeys((report.get("adapters") or []) + [o["adapter"] for o in report["outcomes"]]))
-    if not adapters:
-        raise UsageError(f"{source}: the run has no adapters and no items; nothing to export")
-    if adapter is not None and adapter not in adapters:
-        raise UsageError(f"--adapter {adapter!r}: not in this run (adapters: {', '.join(adapters)})")
-    chosen = [adapter] if adapter else adapters
-    to_dir = output.is_dir()
-    if len(chosen) > 1 and not to_dir:
-        raise UsageError(f"the run has {len(chosen)} adapters ({', '.join(chosen)}): pass --adapter ID, or "
-                         "-o an existing folder for one log per adapter")
-    prompts, specs = _from_spec(spec_path, report) if spec_path else (_from_report(report), {})
     try:
         ev_version = version("evalfarm")
     except PackageNotFoundError:
         ev_version = ""
-    written = []
-    logs = []
-    trajectories = _trajectories(report, state_dir)
-    for name in chosen:
-        log = eval_log(report, name, prompts, specs.get(name), ev_version, trajectories)
-        target = output / file_name(log) if to_dir else output
-        logs.append((target, (json.dumps(log, ensure_ascii=False, allow_nan=False, indent=1) + "\n").encode()))
-    for target, body in logs:  # every log built before the first is written
-        atomic_write(target, body)
-        written.append(str(target))
+    path = resolve_ref(run, state_dir)
+    source = str(path)
+    to_dir = output.is_dir()
+    sinks: list[_InspectSink] = []
+
+    def fresh() -> _InspectSink:  # a report read whole after a streamed start begins again
+        while sinks:
+            sinks.pop().close()
+        sinks.append(_InspectSink(adapter, to_dir, spec_path, state_dir, ev_version))
+        return sinks[-1]
+
+    try:
+        # one streamed pass (an edited report is exit 2: runs.trust): each sample spooled as its outcome
+        # goes by, with its input looked up in the prompts section read in step; the log's head (results,
+        # model usage, sample ids) made after it, and the first byte written once the hash is checked
+        p = read_pass(path, state_dir, "export", fresh)
+        sink = p.sink
+        for note in p.trusted.notes:
+            click.echo(f"evalfarm: note: {note}", err=True)
+        adapters = list(sink.adapters)
+        if not adapters:
+            raise UsageError(f"{source}: the run has no adapters and no items; nothing to export")
+        if adapter is not None and adapter not in adapters:
+            raise UsageError(f"--adapter {adapter!r}: not in this run (adapters: {', '.join(adapters)})")
+        chosen = [adapter] if adapter else adapters
+        if len(chosen) > 1 and not to_dir:
+            raise UsageError(f"the run has {len(chosen)} adapters ({', '.join(chosen)}): pass --adapter ID, or "
+                             "-o an existing folder for one log per adapter")
+        if sink.spec_error is not None:
+            raise sink.spec_error
+        written = []
+        for name in chosen:  # every log's samples spooled before the first is written
+            log = sink.writer(name)
+            inspect_name = file_name(log.head())
+            target = output / inspect_name if to_dir else output
+            write_stream(target, log.chunks())
+            written.append(str(target))
+    finally:
+        while sinks:
+            sinks.pop().close()
     click.echo("\n".join(written))
     if not to_dir and not INSPECT_NAME.match(output.name):
         click.echo(f"evalfarm: note: `inspect view` and `inspect log list` show only logs named like "
-                   f"{file_name(log)} (a timestamp first); -o an existing folder names it so",
+                   f"{inspect_name} (a timestamp first); -o an existing folder names it so",
                    err=True)
 
 
-def _trajectories(report: dict[str, Any], state_dir: Path) -> dict[str, dict[str, Any]]:
-    """Agent items' stored trajectories by item key (the blob directory: the state dir's blobs, or
-    EVALFARM_BLOB_DIR); an item whose trajectory is not here, or unreadable, has none."""
-    from ..runs.state import StateDir
-
-    blobs = StateDir.of(state_dir).blobs
-    out = {}
-    for o in report.get("outcomes") or []:
-        agent = o.get("agent") if isinstance(o, dict) else None
-        sha = str((agent or {}).get("trajectory_sha256") or "") if isinstance(agent, dict) else ""
-        if len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
-            continue
-        try:
-            data = json.loads((blobs / f"{sha}.trajectory.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            out[str(o.get("key"))] = data
-    return out
-
-
-def _from_report(report: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
-    """The inputs the report recorded (its ``prompts`` section: each prompt as sent); None for an
-    older report without one (then samples say the input was not stored)."""
-    recorded = report.get("prompts")
-    if not recorded:
+def _trajectory(o: dict[str, Any], blobs: Path) -> dict[str, Any] | None:
+    """An agent item's stored trajectory (the blob directory: the state dir's blobs, or
+    EVALFARM_BLOB_DIR); None when it has none here, or it is unreadable."""
+    agent = o.get("agent")
+    sha = str(agent.get("trajectory_sha256") or "") if isinstance(agent, dict) else ""
+    if len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
         return None
-    return {p["id"]: {"text": p.get("text", ""), "system": p.get("system"),
-                      "target": list(p.get("expected_output_contains") or []) or ""}
-            for p in recorded if isinstance(p, dict) and isinstance(p.get("id"), str)}
+    try:
+        data = json.loads((blobs / f"{sha}.trajectory.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _input_of(index: int, p: Any) -> dict[str, Any] | None:
+    """A prompt of the report's prompts section (each prompt as sent) as a sample's input."""
+    if not (isinstance(p, dict) and isinstance(p.get("id"), str)):
+        return None
+    return {"text": p.get("text", ""), "system": p.get("system"),
+            "target": list(p.get("expected_output_contains") or []) or ""}
+
+
+class _InspectSink:
+    """What ``export inspect`` keeps of a streamed run: the adapters seen, and for each adapter to
+    export a ``LogWriter`` spooling its samples to a temporary file. The inputs come from ``--spec``
+    (read on ``start``; a problem with it is said after the report's own checks) or from the report's
+    prompts section (``lookup``: ``runs.report_pass`` sets ``prompt_of``)."""
+
+    def __init__(self, adapter: str | None, to_dir: bool, spec_path: Path | None, state_dir: Path,
+                 ev_version: str) -> None:
+        from ..interop.inspect_log import SampleIds
+        from ..runs.state import StateDir
+
+        self.adapter, self.to_dir, self.spec_path, self.ev_version = adapter, to_dir, spec_path, ev_version
+        self.blobs = StateDir.of(state_dir).blobs
+        self.lookup = None if spec_path else _input_of
+        self.prompt_of: Any = None
+        self.spec_prompts: dict[str, dict[str, Any]] | None = None
+        self.specs: dict[str, dict] = {}
+        self.spec_error: Exception | None = None
+        self.head: dict[str, Any] = {}
+        self.adapters: dict[str, None] = {}
+        self.writers: dict[str, Any] = {}
+        self.ids = SampleIds()
+        self.skip = False
+
+    def start(self, head: dict[str, Any]) -> None:
+        self.head = head
+        self.adapters = dict.fromkeys(head.get("adapters") or [])
+        if self.spec_path is not None:
+            try:
+                self.spec_prompts, self.specs = _from_spec(self.spec_path, head)
+            except EvalfarmError as exc:
+                self.spec_error = exc
+        # with several adapters and -o a file (no --adapter), the command stops after the pass: no samples
+        self.skip = self.spec_error is not None or (self.adapter is None and not self.to_dir and len(self.adapters) > 1)
+
+    def add(self, o: dict[str, Any], new: Any = None) -> None:
+        name = o["adapter"]
+        if name not in self.adapters:
+            self.adapters[name] = None
+            self.skip = self.skip or (self.adapter is None and not self.to_dir and len(self.adapters) > 1)
+        if self.skip or (self.adapter is not None and name != self.adapter):
+            return
+        if self.spec_prompts is not None:
+            prompt = self.spec_prompts.get(o["prompt_id"])
+        else:
+            prompt = self.prompt_of(o["prompt_id"]) if self.prompt_of is not None else None
+        self.writer(name).add(o, prompt, _trajectory(o, self.blobs))
+
+    def writer(self, name: str) -> Any:
+        """The adapter's log (made empty for an adapter without outcomes)."""
+        import tempfile
+
+        from ..interop.inspect_log import LogWriter
+
+        if name not in self.writers:
+            spool = tempfile.TemporaryFile(prefix="evalfarm-inspect-")
+            self.writers[name] = LogWriter(self.head, name, spool, self.ids,
+                                           self.spec_prompts is not None or self.prompt_of is not None,
+                                           self.specs.get(name), self.ev_version)
+        return self.writers[name]
+
+    def close(self) -> None:
+        for w in self.writers.values():
+            w.spool.close()
+        self.ids.close()
 
 
 def _from_spec(spec_path: Path, report: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, dict]]:
+    """The inputs and targets of the spec's prompts by id, and its adapters' entries by id."""
     spec_file = open_spec(spec_path)
     spec = spec_file.spec
     if report.get("spec_name") and spec.name != report["spec_name"]:
         raise UsageError(f"--spec {spec_path}: spec {spec.name!r} is not this run's spec "
                          f"({report['spec_name']!r})")
-    wanted = {o["prompt_id"] for o in report["outcomes"]}
     prompts = {}
     for p in spec_file.source:
-        if p.id in wanted:
-            prompts[p.id] = {"text": p.text, "system": p.system,
-                             "target": list(p.expected_output_contains) or ""}
+        prompts[p.id] = {"text": p.text, "system": p.system, "target": list(p.expected_output_contains) or ""}
     adapters = {a.id: a.model_dump(mode="json") for a in spec.adapters if not isinstance(a, str)}
     return prompts, adapters
 

@@ -61,7 +61,7 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
         alpha: float | None, margin: float | None, **ci) -> None:
     """Validate SPEC (or --dataset cases with --model), run every item, aggregate, apply thresholds."""
     from ..runs.archive import check_state_dir, check_writable
-    from ..ci.pipeline import baseline_for
+    from ..ci.pipeline import baseline_for, streamed_baseline
     from ..runs.registry import Registry, check_baseline_name, check_prompt_unchanged
     from ..runs.state import StateDir
     from ..names import baseline_name_problem
@@ -112,7 +112,7 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
             raise UsageError(f"--promote: the spec name {spec.name!r} cannot name a baseline "
                              f"({baseline_name_problem(spec.name)}); pass --baseline NAME")
     elif ci.get("baseline") is not None:
-        baseline_for(ci["baseline"], None, state_dir)  # an unknown --baseline stops here, not after the spend
+        streamed_baseline(ci["baseline"], None, state_dir)  # an unknown --baseline stops here, not after the spend
     if not no_save:
         check_state_dir(state_dir)
         if StateDir.of(state_dir).has_registry():

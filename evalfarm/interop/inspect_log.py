@@ -10,9 +10,10 @@ Written from Inspect's log schema (inspect_ai/log/_log.py); evalfarm does not im
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Iterator
 
 LOG_VERSION = 2
 _STOP = {"stop": "stop", "length": "max_tokens", "content_filter": "content_filter", "tool_calls": "tool_calls"}
@@ -87,76 +88,205 @@ def status_of(report: dict[str, Any]) -> tuple[str, str | None]:
     return "success", None
 
 
-def eval_log(report: dict[str, Any], adapter: str, prompts: dict[str, dict[str, Any]] | None = None,
-             adapter_spec: dict[str, Any] | None = None, evalfarm_version: str = "",
-             trajectories: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The Inspect log (a JSON-ready dict) for one adapter of a validated report.
+class SampleIds:
+    """Each adapter's sample ids (its outcomes' prompt ids, each once, in first-seen order: a log's
+    ``dataset.sample_ids``) kept in a temporary SQLite file, not in memory: a million-item run has a
+    million of them. A prompt's trials come one after another in plan order: only a new id is stored."""
 
-    ``prompts`` maps prompt id -> {"text", "system", "target"} from the spec (the report stores
-    outputs, not inputs); ``adapter_spec`` is the adapter's spec entry (model, provider, params);
-    ``trajectories`` maps an agent item's key to its stored trajectory: the sample's ``events``
-    (inspect_events.py)."""
-    outcomes = [o for o in report["outcomes"] if o["adapter"] == adapter]
-    model = f"{adapter_spec.get('provider', 'openai')}/{adapter_spec['model']}" if adapter_spec else adapter
-    judge = report.get("judge") if isinstance(report.get("judge"), dict) else None
-    judge_model = f"{judge.get('provider', 'openai')}/{judge.get('model')}" if judge else None
-    figures = (report.get("per_adapter") or {}).get(adapter) or {}
-    run_id = report["run_id"]
-    created = _created(report)
-    totals: dict[str, dict[str, Any]] = {}
-    samples = []
-    for o in outcomes:
-        sample = _sample(o, model, judge_model, (prompts or {}).get(o["prompt_id"]), totals)
-        trajectory = (trajectories or {}).get(o.get("key"))
+    def __init__(self) -> None:
+        import sqlite3
+        import tempfile
+
+        self._dir = tempfile.TemporaryDirectory(prefix="evalfarm-inspect-")
+        self._db = sqlite3.connect(f"{self._dir.name}/ids.db")
+        self._db.execute("PRAGMA journal_mode = OFF")
+        self._db.execute("PRAGMA synchronous = OFF")
+        self._db.execute("CREATE TABLE ids (adapter TEXT NOT NULL, id TEXT NOT NULL, UNIQUE (adapter, id))")
+        self._last: dict[str, str] = {}
+        self._batch: list[tuple[str, str]] = []
+
+    def add(self, adapter: str, prompt_id: str) -> None:
+        if self._last.get(adapter) == prompt_id:
+            return
+        self._last[adapter] = prompt_id
+        self._batch.append((adapter, prompt_id))
+        if len(self._batch) >= 5000:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._db.executemany("INSERT OR IGNORE INTO ids (adapter, id) VALUES (?, ?)", self._batch)
+        self._batch.clear()
+
+    def count(self, adapter: str) -> int:
+        self._flush()
+        return self._db.execute("SELECT COUNT(*) FROM ids WHERE adapter = ?", (adapter,)).fetchone()[0]
+
+    def of(self, adapter: str) -> Iterator[str]:
+        self._flush()
+        for (prompt_id,) in self._db.execute("SELECT id FROM ids WHERE adapter = ? ORDER BY rowid", (adapter,)):
+            yield prompt_id
+
+    def close(self) -> None:
+        self._db.close()
+        self._dir.cleanup()
+
+
+_IDS, _SAMPLES = "\x00evalfarm:sample_ids\x00", "\x00evalfarm:samples\x00"  # where the streamed parts go
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, indent=1)
+
+
+class LogWriter:
+    """One adapter's Inspect log, written as a report streams by (``add``, an outcome at a time): each
+    sample JSON-encoded into ``spool`` (a binary temporary file) as it comes; what the log's head holds
+    before its samples (the results, the model usage, the sample ids) is known once every outcome was
+    seen (``head``). ``chunks`` are then the log's bytes: the same as ``json.dumps(log, indent=1)`` of
+    the whole log built in memory.
+
+    ``inputs``: whether the samples' inputs are known (from the spec, or the report's prompts section):
+    ``add`` gets each outcome's input, {"text", "system", "target"}, or None; ``adapter_spec``: the
+    adapter's spec entry (model, provider, params); an outcome's stored ``trajectory`` becomes its
+    sample's ``events`` (inspect_events.py)."""
+
+    def __init__(self, report: dict[str, Any], adapter: str, spool: Any, ids: SampleIds, inputs: bool = False,
+                 adapter_spec: dict[str, Any] | None = None, evalfarm_version: str = "") -> None:
+        self.report, self.adapter, self.spool, self.ids = report, adapter, spool, ids
+        self.inputs, self.adapter_spec, self.evalfarm_version = inputs, adapter_spec, evalfarm_version
+        self.model = f"{adapter_spec.get('provider', 'openai')}/{adapter_spec['model']}" if adapter_spec else adapter
+        judge = report.get("judge") if isinstance(report.get("judge"), dict) else None
+        self.judge = judge
+        self.judge_model = f"{judge.get('provider', 'openai')}/{judge.get('model')}" if judge else None
+        self.created = _created(report)
+        self.totals: dict[str, dict[str, Any]] = {}
+        self.samples = self.measured = self.golden = self.passed = self.judged = 0
+        self.judge_sum: float = 0
+
+    def add(self, o: dict[str, Any], prompt: dict[str, Any] | None,
+            trajectory: dict[str, Any] | None = None) -> None:
+        sample = _sample(o, self.model, self.judge_model, prompt, self.totals)
         if trajectory is not None:
             from .inspect_events import events
 
-            sample["events"] = events(trajectory, model, created)
+            sample["events"] = events(trajectory, self.model, self.created)
             agent = o.get("agent") if isinstance(o.get("agent"), dict) else {}
             sample["metadata"]["trajectory"] = {"sha256": agent.get("trajectory_sha256"),
                                                 "sources": trajectory.get("sources"),
                                                 "mismatch": agent.get("trajectory_mismatch")}
-        samples.append(sample)
-    status, error = status_of(report)
-    ids = list(dict.fromkeys(o["prompt_id"] for o in outcomes))
-    params = (adapter_spec or {}).get("params") or {}
-    generate = {k: params[k] for k in _GENERATE_PARAMS
-                if isinstance(params.get(k), (int, float)) and not isinstance(params.get(k), bool)}
-    log: dict[str, Any] = {
-        "version": LOG_VERSION,
-        "status": status,
-        "eval": {
-            "eval_id": hashlib.sha256(f"{run_id}\0{adapter}".encode()).hexdigest()[:22],
-            "run_id": run_id,
-            "created": created,
-            "task": report.get("spec_name") or "evalfarm",
-            "task_id": hashlib.sha256(str(report.get("spec_hash", "")).encode()).hexdigest()[:22],
-            "task_version": 0,
-            "task_attribs": {}, "task_args": {}, "task_args_passed": {},
-            "solver": "evalfarm",
-            "dataset": {"name": report.get("spec_name"), "samples": len(ids), "sample_ids": ids},
-            "model": model,
-            "model_generate_config": generate,
-            "model_base_url": (adapter_spec or {}).get("base_url"),
-            "model_args": {},
-            "config": {"epochs": int(report.get("trials") or 1)},
-            "packages": {"evalfarm": evalfarm_version} if evalfarm_version else {},
-            "metadata": {"evalfarm": {
-                "run_id": run_id, "adapter": adapter, "spec_hash": report.get("spec_hash"),
-                "lineage_tag": report.get("lineage_tag"), "mode": report.get("mode"),
-                "thresholds_passed": report.get("thresholds_passed"),
-                "threshold_failures": report.get("threshold_failures"), "overall": figures.get("overall"),
-                "inputs_from_spec": prompts is not None}},
-            "scorers": [{"name": "checks"}, {"name": "verdict"}] + ([{"name": "judge"}] if judge else []),
-        },
-        "plan": {"name": "plan", "steps": [{"solver": "evalfarm/generate", "params": {}}], "config": generate},
-        "results": _results(outcomes, figures, judge is not None),
-        "stats": {"started_at": created, "completed_at": _completed(report, created), "model_usage": totals},
-    }
-    if error:
-        log["error"] = {"message": error, "traceback": "", "traceback_ansi": ""}
-    log["samples"] = samples
-    return log
+        text = "  " + _dumps(sample).replace("\n", "\n  ")
+        self.spool.write(((",\n" if self.samples else "") + text).encode("utf-8"))
+        self.samples += 1
+        self.ids.add(self.adapter, o["prompt_id"])
+        if not o.get("error"):  # the results' figures, over the measured samples (``_results``)
+            self.measured += 1
+            self.golden += 1 if o.get("golden_passed") else 0
+            self.passed += 1 if o.get("passed") else 0
+            if isinstance(o.get("judge_score"), (int, float)):
+                self.judge_sum += o["judge_score"]
+                self.judged += 1
+
+    def head(self) -> dict[str, Any]:
+        """The log without its samples (its ``dataset.sample_ids`` a count only): for ``file_name``."""
+        return self._log(self.ids.count(self.adapter), [])
+
+    def _log(self, n_ids: int, sample_ids: list[str]) -> dict[str, Any]:
+        report, adapter, adapter_spec = self.report, self.adapter, self.adapter_spec
+        figures = (report.get("per_adapter") or {}).get(adapter) or {}
+        run_id = report["run_id"]
+        created = self.created
+        status, error = status_of(report)
+        params = (adapter_spec or {}).get("params") or {}
+        generate = {k: params[k] for k in _GENERATE_PARAMS
+                    if isinstance(params.get(k), (int, float)) and not isinstance(params.get(k), bool)}
+        log: dict[str, Any] = {
+            "version": LOG_VERSION,
+            "status": status,
+            "eval": {
+                "eval_id": hashlib.sha256(f"{run_id}\0{adapter}".encode()).hexdigest()[:22],
+                "run_id": run_id,
+                "created": created,
+                "task": report.get("spec_name") or "evalfarm",
+                "task_id": hashlib.sha256(str(report.get("spec_hash", "")).encode()).hexdigest()[:22],
+                "task_version": 0,
+                "task_attribs": {}, "task_args": {}, "task_args_passed": {},
+                "solver": "evalfarm",
+                "dataset": {"name": report.get("spec_name"), "samples": n_ids, "sample_ids": sample_ids},
+                "model": self.model,
+                "model_generate_config": generate,
+                "model_base_url": (adapter_spec or {}).get("base_url"),
+                "model_args": {},
+                "config": {"epochs": int(report.get("trials") or 1)},
+                "packages": {"evalfarm": self.evalfarm_version} if self.evalfarm_version else {},
+                "metadata": {"evalfarm": {
+                    "run_id": run_id, "adapter": adapter, "spec_hash": report.get("spec_hash"),
+                    "lineage_tag": report.get("lineage_tag"), "mode": report.get("mode"),
+                    "thresholds_passed": report.get("thresholds_passed"),
+                    "threshold_failures": report.get("threshold_failures"), "overall": figures.get("overall"),
+                    "inputs_from_spec": self.inputs}},
+                "scorers": [{"name": "checks"}, {"name": "verdict"}] + ([{"name": "judge"}] if self.judge else []),
+            },
+            "plan": {"name": "plan", "steps": [{"solver": "evalfarm/generate", "params": {}}], "config": generate},
+            "results": self._results(figures),
+            "stats": {"started_at": created, "completed_at": _completed(report, created), "model_usage": self.totals},
+        }
+        if error:
+            log["error"] = {"message": error, "traceback": "", "traceback_ansi": ""}
+        log["samples"] = [_SAMPLES] if self.samples else []
+        return log
+
+    def chunks(self) -> Iterator[bytes]:
+        """The log's bytes (after the last ``add``): its head, the sample ids, the spooled samples."""
+        n_ids = self.ids.count(self.adapter)
+        text = _dumps(self._log(n_ids, [_IDS] if n_ids else [])) + "\n"
+        ids_marker, samples_marker = _dumps(_IDS), _dumps(_SAMPLES)
+        # the ids' marker is the first (only labels and hashes come before it), the samples' the last
+        ids_at = text.index(ids_marker) if n_ids else -1
+        samples_at = text.rindex(samples_marker) if self.samples else len(text)
+        start = 0
+        if n_ids:
+            line = text.rindex("\n", 0, ids_at) + 1
+            indent = text[line:ids_at]
+            yield text[:line].encode("utf-8")
+            batch: list[str] = []
+            for i, prompt_id in enumerate(self.ids.of(self.adapter)):
+                batch.append(("" if i == 0 else ",\n") + indent + json.dumps(prompt_id, ensure_ascii=False))
+                if len(batch) >= 5000:
+                    yield "".join(batch).encode("utf-8")
+                    batch = []
+            yield "".join(batch).encode("utf-8")
+            start = ids_at + len(ids_marker)
+        if self.samples:
+            line = text.rindex("\n", 0, samples_at) + 1
+            yield text[start:line].encode("utf-8")
+            self.spool.flush()
+            self.spool.seek(0)
+            while chunk := self.spool.read(1 << 20):
+                yield chunk
+            start = samples_at + len(samples_marker)
+        yield text[start:].encode("utf-8")
+
+    def _results(self, figures: dict[str, Any]) -> dict[str, Any]:
+        n_scored, n_unscored = self.measured, self.samples - self.measured
+
+        def score(name: str, metrics: dict[str, Any]) -> dict[str, Any]:
+            kept = {k: {"name": k, "value": v} for k, v in metrics.items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            return {"name": name, "scorer": name, "scored_samples": n_scored, "unscored_samples": n_unscored,
+                    "params": {}, "metrics": kept}
+
+        def rate(count: int) -> float | None:
+            return count / self.measured if self.measured else None
+
+        checks = score("checks", {"accuracy": rate(self.golden)})
+        verdict_metrics = {"accuracy": rate(self.passed)}
+        pass_k = figures.get("pass_k") if isinstance(figures.get("pass_k"), dict) else None
+        if pass_k and isinstance(pass_k.get("rate"), (int, float)):
+            verdict_metrics[f"pass^{pass_k.get('k')}"] = pass_k["rate"]
+        scores = [checks, score("verdict", verdict_metrics)]
+        if self.judge is not None:
+            scores.append(score("judge", {"mean": self.judge_sum / self.judged if self.judged else None}))
+        return {"total_samples": self.samples, "completed_samples": n_scored, "scores": scores}
 
 
 def _completed(report: dict[str, Any], created: str) -> str:
@@ -167,31 +297,6 @@ def _completed(report: dict[str, Any], created: str) -> str:
         except ValueError:
             pass
     return created
-
-
-def _results(outcomes: list[dict[str, Any]], figures: dict[str, Any], has_judge: bool) -> dict[str, Any]:
-    measured = [o for o in outcomes if not o.get("error")]
-    n_scored, n_unscored = len(measured), len(outcomes) - len(measured)
-
-    def score(name: str, metrics: dict[str, Any]) -> dict[str, Any]:
-        kept = {k: {"name": k, "value": v} for k, v in metrics.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        return {"name": name, "scorer": name, "scored_samples": n_scored, "unscored_samples": n_unscored,
-                "params": {}, "metrics": kept}
-
-    def rate(key: str) -> float | None:
-        return sum(1 for o in measured if o.get(key)) / len(measured) if measured else None
-
-    checks = score("checks", {"accuracy": rate("golden_passed")})
-    verdict_metrics = {"accuracy": rate("passed")}
-    pass_k = figures.get("pass_k") if isinstance(figures.get("pass_k"), dict) else None
-    if pass_k and isinstance(pass_k.get("rate"), (int, float)):
-        verdict_metrics[f"pass^{pass_k.get('k')}"] = pass_k["rate"]
-    scores = [checks, score("verdict", verdict_metrics)]
-    if has_judge:
-        judged = [o["judge_score"] for o in measured if isinstance(o.get("judge_score"), (int, float))]
-        scores.append(score("judge", {"mean": sum(judged) / len(judged) if judged else None}))
-    return {"total_samples": len(outcomes), "completed_samples": n_scored, "scores": scores}
 
 
 def judge_explanation(o: dict[str, Any]) -> str | None:

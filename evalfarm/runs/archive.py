@@ -142,7 +142,8 @@ def save_report(report: RunReport | dict[str, Any], state_dir: Path | str = DEFA
 
 
 def save_report_stream(summary: dict[str, Any], chunks: Iterable[bytes], state_dir: Path | str,
-                       markdown: bytes, lineage: dict[str, Any] | None = None) -> tuple[Path, Path]:
+                       markdown: bytes, lineage: dict[str, Any] | None = None,
+                       seal_kind: str = "saved") -> tuple[Path, Path]:
     """Like save_report, for a report too big to hold: its bytes arrive in chunks. ``lineage``: more
     fields for the lineage stub (a re-scored run's ``source_run``)."""
     out = _checked_runs_dir(state_dir, summary.get("run_id"))
@@ -155,7 +156,7 @@ def save_report_stream(summary: dict[str, Any], chunks: Iterable[bytes], state_d
         atomic_write(md_path, markdown)
         stub = {"artefact_path": str(json_path.resolve()), "content_hash": "sha256:" + digest,
                 "lineage_tag": summary["lineage_tag"], "ts_ns": time.time_ns(), **(lineage or {})}
-        seal(state_dir, summary["run_id"], stub["content_hash"])
+        seal(state_dir, summary["run_id"], stub["content_hash"], seal_kind)
         atomic_write(out / f"{summary['run_id']}.lineage.json", (json.dumps(stub, indent=2) + "\n").encode())
         os.replace(tmp_json, json_path)  # last: a run is listed only once all three exist
     finally:
@@ -194,6 +195,34 @@ def load_report(path: Path) -> dict[str, Any]:
     """A stored report, checked for the shape every reader relies on and against the lineage stub
     saved beside it (an edited report is exit 2: ``runs.trust``)."""
     return read_report(path)[0]
+
+
+def load_head(path: Path) -> dict[str, Any]:
+    """``load_report`` without holding the report: its head (no outcomes, no prompts), after the same
+    checks, made in one streamed pass (``runs.report_stream``): every outcome's shape, the prompts
+    section, the file's hash against the lineage stub. A file not in the streamed layout, or one with
+    a problem, is read whole (``read_report``): the same one-line errors as ``load_report``."""
+    from ..core.report.schema import head_problem, outcome_problem
+    from .report_stream import NotStreamed, ReportStream
+    from .trust import check_lineage
+
+    path = Path(path)
+    try:
+        with ReportStream(path) as rs:
+            head = rs.head
+            if head_problem(head):
+                raise NotStreamed("head")
+            for i, o in enumerate(rs.outcomes()):
+                if outcome_problem(i, o):
+                    raise NotStreamed("outcome")
+            digest = rs.finish()
+            if rs.prompts_problem:
+                raise NotStreamed("prompts")
+    except (NotStreamed, OSError):
+        report = read_report(path)[0]
+        return {k: v for k, v in report.items() if k not in ("outcomes", "prompts")}
+    check_lineage(path, digest)
+    return head
 
 
 def require_complete(report: dict[str, Any], where: str) -> dict[str, Any]:

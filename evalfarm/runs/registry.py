@@ -24,7 +24,7 @@ from ..errors import SpecError, UsageError
 from ..names import baseline_name_problem, printable
 from ..perms import file_mode, make_dir
 from ..core.verdict import case_rows, iter_case_rows
-from .archive import iter_outcomes, list_runs, load_report, outcomes_of, resolve_run, runs_dir
+from .archive import iter_outcomes, list_runs, load_head, outcomes_of, resolve_run, runs_dir
 
 DB_NAME = "registry.db"
 BASELINE_PREFIX = "baseline:"
@@ -157,14 +157,19 @@ class Registry:
         for r in self._rows("SELECT run_id, artifact FROM runs WHERE verdicts IS NULL"):
             entry = self._entry(r)
             path = Path(entry["artifact_path"] or "")
-            try:
-                report = load_report(path) if path.is_file() else None
+            try:  # its head, checked as load_report checks the report, in one streamed pass
+                head = load_head(path) if path.is_file() else None
             except UsageError:
-                report = None
-            rows = list(self._case_rows(report, path)) if report is not None else []
+                head = None
             with closing(self._connect()) as conn, conn:
-                _put_verdicts(conn, r["run_id"], rows)
-                conn.execute("UPDATE runs SET verdicts = ? WHERE run_id = ?", (len(rows), r["run_id"]))
+                if head is None:
+                    n = _put_verdicts(conn, r["run_id"], [])
+                else:  # streamed into SQLite a case at a time, as ``record`` does
+                    try:
+                        n = _put_verdicts(conn, r["run_id"], self._case_rows(head, path, True))
+                    except (ValueError, sqlite3.IntegrityError):
+                        n = _put_verdicts(conn, r["run_id"], self._case_rows(head, path))
+                conn.execute("UPDATE runs SET verdicts = ? WHERE run_id = ?", (n, r["run_id"]))
             filled += 1
         return filled
 
@@ -210,8 +215,8 @@ class Registry:
         for path in list_runs(self.state_dir):
             if path.stem in known:
                 continue
-            try:
-                report = load_report(path)
+            try:  # its head only (checked as load_report checks it); ``record`` streams its cases
+                report = load_head(path)
             except UsageError:
                 continue
             if report.get("run_id") != path.stem:
@@ -353,11 +358,13 @@ def _artifact(entry: dict[str, Any], what: str) -> Path:
 
 
 def baseline_report(name: str, state_dir: Path | str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """(entry, report) of baseline ``name``, or None when there is no such baseline."""
+    """(entry, report head) of baseline ``name``, or None when there is no such baseline. The head
+    (``archive.load_head``: the report without its outcomes and prompts) is read after the checks
+    ``load_report`` makes, in one streamed pass: a million-item baseline is never held."""
     entry = Registry(state_dir).baseline(name)
     if entry is None:
         return None
-    return entry, load_report(_artifact(entry, f"baseline {name!r}"))
+    return entry, load_head(_artifact(entry, f"baseline {name!r}"))
 
 
 def is_stored(path: Path, state_dir: Path | str) -> bool:

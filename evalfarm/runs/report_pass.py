@@ -21,8 +21,11 @@ from .report_stream import ChangedWhileRead, NotStreamed, ReportStream
 from .state import StateDir
 from .trust import AS_IT_IS, Trusted, _registry_rows, _vouch, check_lineage, judged, load_trusted, verdicts
 
-# add(stored outcome, rechecked outcome or None); optional: start(head), prompt(stored prompt), and
-# with_line = True: add(stored outcome, None, its line's bytes) (a sink that never rechecks)
+# add(stored outcome, rechecked outcome or None); optional: start(head), prompt(stored prompt),
+# with_line = True: add(stored outcome, None, its line's bytes) (a sink that never rechecks), and
+# lookup = f(index, stored prompt) (set by start, for a pass that does not recheck): before the first
+# add, the sink's prompt_of is set to a function prompt id -> f of that prompt (the prompts section read
+# in step with the outcomes), or None when the report has no prompts
 Sink = Any
 WHOLE = "whole"
 
@@ -78,6 +81,11 @@ def _streamed(path: Path, state: StateDir, use: str, sink: Sink, recheck: bool) 
         if recheck or (rows[0] is None and use not in AS_IT_IS):
             has_prompts = rs.open_lookup(prompt_spec)
             rechecker = Rechecker(head, rs.prompt if has_prompts else None)
+        lookup = getattr(sink, "lookup", None)
+        if lookup is not None:
+            if rechecker is not None:
+                raise ValueError("a sink's prompt lookup is for a pass that does not recheck")
+            sink.prompt_of = rs.prompt if rs.open_lookup(lookup) else None
         add = sink.add
         with_line = getattr(sink, "with_line", False)  # the sink takes the outcome's JSON text too
         try:
@@ -112,6 +120,10 @@ def _whole(path: Path, state: StateDir, use: str, sink: Sink, recheck: bool) -> 
     if hasattr(sink, "start"):
         sink.start({k: v for k, v in t.report.items() if k not in ("outcomes", "prompts")})
     stored = t.report.get("outcomes") or []
+    lookup = getattr(sink, "lookup", None)
+    if lookup is not None:  # report_problem checked them: objects with ids (the last of an id stands)
+        by_id = {p["id"]: lookup(i, p) for i, p in enumerate(t.report.get("prompts") or [])}
+        sink.prompt_of = by_id.get if by_id else None
     if recheck or t.rechecked is not None:
         r = t.rechecked or verdicts(t)
         for o, new in zip(stored, r.report["outcomes"]):
