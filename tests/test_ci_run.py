@@ -163,3 +163,27 @@ def test_baseline_flag_without_gate_reports_the_diff_and_keeps_the_thresholds_ex
     assert "| follow | 0.333 | 33.3% | 0/3 | -0.667 |" in text
     res = cli(project, "run", "suite.yaml", "--baseline", "missing")
     assert res.returncode == 2 and "--baseline missing: no baseline of that name" in res.stderr
+
+
+def test_run_cases_reads_the_outcomes_once_and_refuses_a_bad_one_in_one_line(project):
+    """``run --gate``/``--junit`` take what they need of a finished run's outcomes as they stream from the
+    run store (ci.pipeline.run_cases): the case counts and JUnit lines of a real run's report, and a
+    malformed outcome (the store is shared) is one line naming it, as a report file's would be."""
+    from evalfarm.ci.diff import CaseTrials
+    from evalfarm.ci.pipeline import run_cases
+    from evalfarm.errors import UsageError
+
+    res = cli(project, "run", "suite.yaml", "--json")
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    head = {k: v for k, v in report.items() if k not in ("outcomes", "prompts")}
+    outcomes = report["outcomes"]
+    trials, junit = run_cases(report["run_id"], head, iter(outcomes), junit=True)
+    whole = CaseTrials()
+    for o in outcomes:
+        whole.add(o, None)
+    assert trials.trials == whole.trials and sum(len(c) for c in trials.trials.values()) == len(outcomes)
+    assert sum(len(c) for c in junit.cases.values()) == len(outcomes)
+    with pytest.raises(UsageError) as err:
+        run_cases(report["run_id"], head, iter([outcomes[0], {"adapter": 5}]), junit=False)
+    assert str(err.value).startswith(f"run {report['run_id']}: the report in the run store is not usable (outcomes[1]")

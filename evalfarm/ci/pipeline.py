@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from ..core.verdict import exit_code, stopped
 from ..errors import UsageError
@@ -84,10 +84,36 @@ def streamed_report(path: Path, state_dir: Path, use: str, where: str | None, ma
     return r.report, list(p.trusted.notes), p.sink
 
 
+def run_cases(run_id: str, summary: dict[str, Any], outcomes: Iterable[dict[str, Any]], junit: bool = False
+              ) -> tuple[Any, Any]:
+    """What the CI steps need of a finished run's outcomes, read once and never held: (its case
+    trials, its JUnit cases or None). Each outcome is checked as a report file's would be (the run store
+    is shared); a bad one is a one-line error."""
+    from ..core.report.schema import head_problem, outcome_problem
+    from .diff import CaseTrials
+    from .reports import JunitCases
+
+    problem = head_problem(summary)
+    trials, lines = CaseTrials(), JunitCases(rechecked=False) if junit else None
+    for i, o in enumerate(outcomes):
+        if problem:
+            break
+        problem = outcome_problem(i, o)
+        if not problem:
+            trials.add(o, None)
+            if lines is not None:
+                lines.add(o)
+    if problem:
+        raise UsageError(f"run {run_id}: the report in the run store is not usable ({problem})")
+    return trials, lines
+
+
 def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, thresholds: Thresholds | None,
-               prompt_info: dict[str, Any] | None, options: dict[str, Any]) -> Finished:
+               prompt_info: dict[str, Any] | None, options: dict[str, Any], cases: tuple[Any, Any] | None = None
+               ) -> Finished:
     """After a run was delivered: gate, promote, write JUnit / PR summary; the exit code and what to say.
-    A partial run (interrupted, stopped) is never gated or promoted."""
+    A partial run (interrupted, stopped) is never gated or promoted. ``report``: its head, with its outcomes
+    or with ``cases`` (``run_cases``: what the steps need of them, read from a stream)."""
     state_dir = Path(state_dir)
     gate_on, promote, name = bool(options.get("gate")), bool(options.get("promote")), options.get("baseline")
     info = prompt_info or {}
@@ -117,7 +143,7 @@ def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, 
             base_name, baseline, notes, base_trials = streamed_baseline(name, report.get("spec_name"), state_dir)
             say([f"evalfarm: note: {n}" for n in notes])
             if baseline is not None:
-                trials = (base_trials, case_trials(report))
+                trials = (base_trials, cases[0].trials if cases is not None else case_trials(report))
         except UsageError:
             if not promote:  # --promote --baseline NEW creates it
                 raise
@@ -145,7 +171,7 @@ def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, 
                 "the gate failed: " + ", ".join(b.name for b in result.brakes if b.failed)
             say([f"not promoted to baseline {target!r}: {why}"])
     if options.get("junit"):
-        write_junit(options["junit"], report, result if gate_on else None)
+        write_junit(options["junit"], report, result if gate_on else None, cases[1] if cases is not None else None)
     if options.get("pr_summary"):
         write_pr_summary(options["pr_summary"], pr_summary(report, result if gate_on else None, baseline, prompt,
                                                            str(json_path) if json_path else None))

@@ -18,9 +18,7 @@ def finish(run, state_dir: Path, no_save: bool, as_json: bool, output: Path | No
            thresholds: Thresholds | None = None, prompt_info: dict[str, Any] | None = None,
            ci: dict[str, Any] | None = None) -> int:
     """Deliver a finished ``run`` (a ``runs.submit.RunHandle``) and print it; returns the exit code."""
-    from ..ci.pipeline import finish_run
-    from ..core.report.schema import report_problem
-    from ..errors import UsageError
+    from ..ci.pipeline import finish_run, run_cases
     from ..runs.deliver import deliver
     from ..runs.state import StateDir
 
@@ -33,13 +31,11 @@ def finish(run, state_dir: Path, no_save: bool, as_json: bool, output: Path | No
         sys.stdout.flush()
     else:
         print_summary(done.summary, done.paths)
-    report = done.summary
+    cases = None
     if any(ci.get(k) for k in FULL_REPORT_OPTIONS) and not done.summary.get("stopped"):
-        report = {**done.summary, "outcomes": list(run.outcomes())}
-        problem = report_problem(report)  # the run store is shared: its outcomes are checked like a file's
-        if problem:
-            raise UsageError(f"run {run.run_id}: the report in the run store is not usable ({problem})")
-    finished = finish_run(report, done.json_path, state_dir, thresholds, prompt_info, ci)
+        # one pass over the outcomes, a line at a time: each checked (the run store is shared), its case kept
+        cases = run_cases(run.run_id, done.summary, run.outcomes(), junit=bool(ci.get("junit")))
+    finished = finish_run(done.summary, done.json_path, state_dir, thresholds, prompt_info, ci, cases)
     for line in finished.lines:
         click.echo(line, err=as_json)  # stdout carries the report JSON: talk on stderr
     return finished.code
