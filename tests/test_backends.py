@@ -139,3 +139,23 @@ def test_reports_of_both_backends_are_byte_identical_but_for_timings(tmp_path, p
     assert canonical(local.stdout) == canonical(farm.stdout)
     assert [json.loads(x.rstrip(","))["prompt_id"] for x in local.stdout.splitlines() if x.startswith('    {"key"')] == \
         [f"c{i:04d}" for i in range(120)]  # one outcome per line, in plan order
+
+
+def test_an_in_process_run_spooled_to_disk_reports_what_one_held_in_memory(tmp_path, provider):
+    """EVALFARM_SPOOL_AFTER_MB=0: every item, result, prompt and report chunk of an in-process run goes to
+    its temporary spool file (executors.store.SpoolStore); the report is the one a run held in memory
+    makes, timings aside, in plan order."""
+    server = provider()
+    spec = suite(tmp_path, server.url, 300)
+    held = run_cli("run", str(spec), "--no-save", "--json")
+    spooled = run_cli("run", str(spec), "--no-save", "--json", EVALFARM_SPOOL_AFTER_MB="0")
+    assert held.returncode == spooled.returncode == 0, (held.stderr, spooled.stderr)
+
+    def canonical(text: str) -> str:
+        return re.sub(r'"(run_id|started_at|finished_at|duration_s|latency_ms_p50|latency_ms_p95|latency_ms|wait_ms)": '
+                      r'[^,\n}]+', r'"\1": _', text)
+
+    assert canonical(held.stdout) == canonical(spooled.stdout)
+    report = json.loads(spooled.stdout)
+    assert [o["prompt_id"] for o in report["outcomes"]] == [f"c{i:04d}" for i in range(300)]
+    assert [p["id"] for p in report["prompts"]] == [f"c{i:04d}" for i in range(300)]
