@@ -174,6 +174,18 @@ class _Rate:
                 "direction": "b" if lo > 0 else "a" if hi < 0 else None}  # type: ignore[operator]
 
 
+def case_rates(trials: dict[str, dict[str, int]]) -> dict[tuple[str, str], float]:
+    """(adapter, case) -> the pass rate over the trials measured (errored ones left out), from
+    ``case_trials``; a case with no measured trial has none."""
+    rates = {}
+    for adapter, cases in trials.items():
+        for case, code in cases.items():
+            passed, measured = _measured(code)
+            if measured:
+                rates[(adapter, case)] = passed / measured
+    return rates
+
+
 def case_verdicts(report: dict[str, Any]) -> dict[tuple[str, str], bool | None]:
     """(adapter, prompt id) -> pass^k verdict over the case's trials (core.verdict.case_verdict)."""
     return {(adapter, case): _verdict(code) for adapter, cases in case_trials(report).items()

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from ..runs.budget import affordable
 from ..runs.submit import RunHandle, Target, start
-from .sequential_gate import SequentialGate, baseline_rates, pairing, round_pairs
+from .sequential_gate import SequentialGate, pairing, round_pairs
 
 
 @dataclass
@@ -21,8 +21,8 @@ class Rounds:
 def run_rounds(spec: Any, source: Any, target: Target, gate: SequentialGate, baseline: dict[str, Any], *,
                max_trials: int, options: dict[str, Any], where: Any = None, budget_usd: float | None = None,
                on_progress: Callable | None = None, on_round: Callable[[RunHandle, dict[str, Any]], None] | None = None,
-               ) -> Rounds:
-    rates = baseline_rates(baseline)
+               rates: dict[tuple[str, str], float]) -> Rounds:
+    """``baseline``: its head; ``rates``: its pass rate per case (``ci.diff.case_rates`` of a streamed read)."""
     base_of = pairing(baseline, spec.adapter_ids)
     runs: list[RunHandle] = []
     spent = 0.0

@@ -14,23 +14,12 @@ from ..errors import UsageError
 from ..spec.models import Thresholds
 from ..runs.archive import require_complete
 from ..runs.registry import BASELINE_PREFIX, Registry, resolve_ref
-from ..runs.trust import load_trusted, verdicts
 
 
 @dataclass
 class Finished:
     code: int
     lines: list[str] = field(default_factory=list)  # what the gate, baseline and promotion say
-
-
-def trusted_report(path: Path, state_dir: Path, use: str, where: str | None = None
-                   ) -> tuple[dict[str, Any], list[str]]:
-    """The complete report at ``path`` checked before ``use`` relies on it (``runs.trust``), with its
-    verdicts decided again from its outputs (what a gate compares), and the notes to show."""
-    t = load_trusted(path, state_dir, use)
-    require_complete(t.report, where or str(path))
-    r = t.rechecked or verdicts(t)
-    return r.report, list(t.notes)
 
 
 def baseline_path(name: str | None, default: str | None, state_dir: Path) -> tuple[str, Path, str | None] | None:
@@ -50,18 +39,10 @@ def baseline_path(name: str | None, default: str | None, state_dir: Path) -> tup
     return None
 
 
-def baseline_for(name: str | None, default: str | None, state_dir: Path):
-    """(name, report, notes) of the baseline to compare with (``baseline_path``). The report is checked
-    like any gate input and its verdicts are decided again (a baseline edited to look worse would
-    make a regression look like none)."""
-    found = baseline_path(name, default, state_dir)
-    if found is None:
-        return None, None, []
-    return (found[0], *trusted_report(found[1], state_dir, "gate", found[2]))
-
-
 def streamed_baseline(name: str | None, default: str | None, state_dir: Path):
-    """``baseline_for`` read in one pass (``streamed_report``): (name, the report's head with its
+    """The baseline to compare with (``baseline_path``), read in one pass (``streamed_report``), checked
+    like any gate input with its verdicts decided again (a baseline edited to look worse would make a
+    regression look like none): (name, the report's head with its
     verdicts and figures decided again, notes, its case trials as ``ci.diff.CaseTrials`` keeps them);
     a million-item baseline is never held."""
     from .diff import CaseTrials
@@ -74,8 +55,9 @@ def streamed_baseline(name: str | None, default: str | None, state_dir: Path):
 
 
 def streamed_report(path: Path, state_dir: Path, use: str, where: str | None, make_sink) -> tuple[Any, ...]:
-    """``trusted_report`` read in one pass (``runs.report_pass``): (the report's head with its verdicts
-    and figures decided again, the notes, the sink fed each outcome)."""
+    """The complete report at ``path`` checked before ``use`` relies on it (``runs.trust``), read in one
+    pass (``runs.report_pass``): (the report's head with its verdicts and figures decided again, the
+    notes, the sink fed each outcome)."""
     from ..runs.report_pass import read_pass
 
     p = read_pass(path, state_dir, use, make_sink, recheck=True)

@@ -30,16 +30,6 @@ POWER = 0.80
 DECISIONS = ("open", "passed", "regressed")
 
 
-def baseline_rates(baseline: dict[str, Any]) -> dict[tuple[str, str], float]:
-    """(adapter, case) -> the baseline's pass rate over the trials it measured (errored trials left out)."""
-    seen: dict[tuple[str, str], list[float]] = {}
-    for o in baseline.get("outcomes") or []:
-        verdict = item_passed(o)
-        if verdict is not None:
-            seen.setdefault((o["adapter"], o["prompt_id"]), []).append(1.0 if verdict else 0.0)
-    return {k: sum(v) / len(v) for k, v in seen.items()}
-
-
 def pairing(baseline: dict[str, Any], adapter_ids: list[str]) -> dict[str, str]:
     """This run's adapter -> the baseline's (shared ids, or one model against one model)."""
     pairs = case_pairing(baseline, {"per_adapter": {a: {} for a in adapter_ids}}) or {}

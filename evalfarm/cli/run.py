@@ -61,7 +61,7 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
         alpha: float | None, margin: float | None, **ci) -> None:
     """Validate SPEC (or --dataset cases with --model), run every item, aggregate, apply thresholds."""
     from ..runs.archive import check_state_dir, check_writable
-    from ..ci.pipeline import baseline_for, streamed_baseline
+    from ..ci.pipeline import streamed_baseline
     from ..runs.registry import Registry, check_baseline_name, check_prompt_unchanged
     from ..runs.state import StateDir
     from ..names import baseline_name_problem
@@ -136,7 +136,7 @@ def run(spec_path: Path | None, datasets: tuple[Path, ...], model: str | None, b
         raise UsageError("--max-trials, --alpha and --margin only apply with --gate --until-decided")
     if until_decided:
         _check_sequential(ci, trials, detach, output, as_json)
-        base = baseline_for(ci.get("baseline"), spec.name, state_dir)
+        base = streamed_baseline(ci.get("baseline"), spec.name, state_dir)  # its head and case trials, never whole
         if base[1] is None:
             raise UsageError("--until-decided decides against a baseline: pass --baseline NAME (or promote one named "
                              f"{spec.name!r} first)")
@@ -204,7 +204,9 @@ def _gate_until_decided(spec, source, target, where, options, budget, base, stat
     from ..runs.state import StateDir
     from .live import LiveProgress
 
-    name, report, notes = base
+    from ..ci.diff import case_rates
+
+    name, report, notes, trials = base
     for note in notes:
         click.echo(f"evalfarm: {note}", err=True)
     gate = SequentialGate(alpha, margin)
@@ -222,7 +224,7 @@ def _gate_until_decided(spec, source, target, where, options, budget, base, stat
 
     with LiveProgress(enabled=False if as_json else None) as bar:
         rounds = run_rounds(spec, source, target, gate, report, max_trials=max_trials, options=options, where=where,
-                            budget_usd=budget, on_progress=bar.update, on_round=on_round)
+                            budget_usd=budget, on_progress=bar.update, on_round=on_round, rates=case_rates(trials))
     summary = {**gate.summary(cases), "baseline": {"name": name, "run_id": report.get("run_id")},
                "stopped_because": rounds.stopped_because, "max_trials": max_trials,
                "runs": [r.run_id for r in rounds.runs]}
