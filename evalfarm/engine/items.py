@@ -240,9 +240,14 @@ async def within(deadline: float | None, coro: Awaitable[Outcome], item: Item, s
     Celery's thread pool ignores task time limits, so the limit is enforced here."""
     if deadline is None:
         return await coro
-    try:
-        return await asyncio.wait_for(coro, timeout=max(0.0, deadline - time.monotonic()))
-    except asyncio.TimeoutError:
+    loop = asyncio.get_running_loop()
+    limit = asyncio.timeout_at(loop.time() + max(0.0, deadline - time.monotonic()))
+    try:  # not wait_for: a task and a future per item (23 us against 11.5, a farm batch's CPU)
+        async with limit:
+            return await coro
+    except TimeoutError:
+        if not limit.expired():  # the call's own timeout, not the task's limit
+            raise
         out = partial or Outcome(key=item.key, prompt_id=item.prompt.id, adapter=item.adapter, trial=item.trial)
         out.error = error_of(DeadlineExceeded("the task's time limit passed before this item finished"), stage)
         return decide(out, None)
