@@ -198,13 +198,12 @@ def _gate_until_decided(spec, source, target, where, options, budget, base, stat
     regressed or undecided, 3 nothing measured."""
     import json
 
+    from ..ci.diff import case_rates
     from ..ci.gate_rounds import run_rounds
     from ..ci.sequential_gate import SequentialGate
     from ..runs.deliver import deliver
     from ..runs.state import StateDir
     from .live import LiveProgress
-
-    from ..ci.diff import case_rates
 
     name, report, notes, trials = base
     for note in notes:

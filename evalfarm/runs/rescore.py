@@ -143,29 +143,24 @@ def _prompt(raw: Any, i: int, path: Path) -> PromptSpec:
 class PromptsFile:
     """The run's prompts, checked and given their new scoring one at a time, written as a JSONL
     dataset the re-scoring run streams (``PromptSource.stream``): a million prompts are never a list.
-    Removed with ``close``."""
+    Removed with ``close``, or at exit when a command stopped before its run started."""
 
     def __init__(self) -> None:
+        import shutil
         import tempfile
+        import weakref
 
         self.folder = Path(tempfile.mkdtemp(prefix="evalfarm-rescore-"))
         self.path = self.folder / "prompts.jsonl"
         self.count = 0
         self.criteria = False  # a prompt has criteria (a judge is needed)
-
-    def close(self) -> None:
-        import shutil
-
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self.close = weakref.finalize(self, shutil.rmtree, self.folder, True)
 
 
 def _prompts_file(stored: StoredOutcomes, path: Path, by_id: dict[str, PromptSpec] | None, spec_path: Path | None
                   ) -> tuple[PromptsFile, set[str], list[str]]:
     """The run's prompts as sent, each checked, with ``by_id``'s scoring (a new spec's prompts) where
     it knows the id: (the dataset file, the prompt ids, notes on what changed)."""
-    if not stored.prompt_count:
-        raise _bad(path, "it has no prompts section (reports record each prompt as sent since the prompts "
-                         "section was added); run the spec again")
     out = PromptsFile()
     ids: set[str] = set()
     kept = changed_text = 0
