@@ -153,8 +153,9 @@ class _Rate:
         self.d.append(b - a)
         self.mean_a.append(a)
         self.mean_b.append(b)
-        self.pairs += min(n_a, n_b)
-        self.fewest = min(self.fewest, n_a, n_b) if len(self.d) > 1 else min(n_a, n_b)
+        pairs = min(n_a, n_b)
+        self.pairs += pairs
+        self.fewest = pairs if len(self.d) == 1 else min(self.fewest, pairs)
 
     def result(self, alpha: float) -> dict[str, Any]:
         """The paired, task-clustered interval of the pass-rate change (b minus a) over the cases,

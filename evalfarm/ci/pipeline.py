@@ -91,11 +91,11 @@ def run_cases(run_id: str, summary: dict[str, Any], outcomes: Iterable[dict[str,
 
 
 def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, thresholds: Thresholds | None,
-               prompt_info: dict[str, Any] | None, options: dict[str, Any], cases: tuple[Any, Any] | None = None
+               prompt_info: dict[str, Any] | None, options: dict[str, Any], outcomes: Iterable[dict[str, Any]] = ()
                ) -> Finished:
     """After a run was delivered: gate, promote, write JUnit / PR summary; the exit code and what to say.
-    A partial run (interrupted, stopped) is never gated or promoted. ``report``: its head, with its outcomes
-    or with ``cases`` (``run_cases``: what the steps need of them, read from a stream)."""
+    A partial run (interrupted, stopped) is never gated or promoted. ``report``: its head (summary);
+    ``outcomes``: its outcomes as they stream from the run store, read (once) only when a step needs them."""
     state_dir = Path(state_dir)
     gate_on, promote, name = bool(options.get("gate")), bool(options.get("promote")), options.get("baseline")
     info = prompt_info or {}
@@ -107,7 +107,7 @@ def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, 
         say([f"prompt {prompt['name']}@{prompt['version']} ({prompt['hash'][:19]}, by {prompt['resolved_by']})"])
     if not (gate_on or promote or name or options.get("junit") or options.get("pr_summary")):
         return out
-    from .diff import case_trials, compare_cases, describe_cases
+    from .diff import compare_cases, describe_cases
     from .flaky import known_flaky
     from .gate import evaluate
     from .reports import pr_summary, write_junit, write_pr_summary
@@ -118,6 +118,7 @@ def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, 
                  f"{report.get('items_done')} of {report.get('items_planned')} items)"])
         return out
 
+    cases, junit_cases = run_cases(report["run_id"], report, outcomes, junit=bool(options.get("junit")))
     result = baseline = trials = None
     base_name = None
     if gate_on or promote or name:
@@ -125,7 +126,7 @@ def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, 
             base_name, baseline, notes, base_trials = streamed_baseline(name, report.get("spec_name"), state_dir)
             say([f"evalfarm: note: {n}" for n in notes])
             if baseline is not None:
-                trials = (base_trials, cases[0].trials if cases is not None else case_trials(report))
+                trials = (base_trials, cases.trials)
         except UsageError:
             if not promote:  # --promote --baseline NEW creates it
                 raise
@@ -153,7 +154,7 @@ def finish_run(report: dict[str, Any], json_path: Path | None, state_dir: Path, 
                 "the gate failed: " + ", ".join(b.name for b in result.brakes if b.failed)
             say([f"not promoted to baseline {target!r}: {why}"])
     if options.get("junit"):
-        write_junit(options["junit"], report, result if gate_on else None, cases[1] if cases is not None else None)
+        write_junit(options["junit"], report, result if gate_on else None, junit_cases)
     if options.get("pr_summary"):
         write_pr_summary(options["pr_summary"], pr_summary(report, result if gate_on else None, baseline, prompt,
                                                            str(json_path) if json_path else None))

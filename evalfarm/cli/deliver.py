@@ -11,14 +11,12 @@ import click
 from ..spec.models import Thresholds
 from .console import print_summary
 
-FULL_REPORT_OPTIONS = ("gate", "promote", "baseline", "junit", "pr_summary")
-
 
 def finish(run, state_dir: Path, no_save: bool, as_json: bool, output: Path | None,
            thresholds: Thresholds | None = None, prompt_info: dict[str, Any] | None = None,
            ci: dict[str, Any] | None = None) -> int:
     """Deliver a finished ``run`` (a ``runs.submit.RunHandle``) and print it; returns the exit code."""
-    from ..ci.pipeline import finish_run, run_cases
+    from ..ci.pipeline import finish_run
     from ..runs.deliver import deliver
     from ..runs.state import StateDir
 
@@ -31,11 +29,8 @@ def finish(run, state_dir: Path, no_save: bool, as_json: bool, output: Path | No
         sys.stdout.flush()
     else:
         print_summary(done.summary, done.paths)
-    cases = None
-    if any(ci.get(k) for k in FULL_REPORT_OPTIONS) and not done.summary.get("stopped"):
-        # one pass over the outcomes, a line at a time: each checked (the run store is shared), its case kept
-        cases = run_cases(run.run_id, done.summary, run.outcomes(), junit=bool(ci.get("junit")))
-    finished = finish_run(done.summary, done.json_path, state_dir, thresholds, prompt_info, ci, cases)
+    # the outcomes a line at a time, read only if a CI step needs them (each checked: the run store is shared)
+    finished = finish_run(done.summary, done.json_path, state_dir, thresholds, prompt_info, ci, run.outcomes())
     for line in finished.lines:
         click.echo(line, err=as_json)  # stdout carries the report JSON: talk on stderr
     return finished.code
