@@ -76,12 +76,16 @@ def cost_of(price: Price | None, tokens_in: int, tokens_out: int) -> float:
     return (tokens_in * price.input + tokens_out * price.output) / 1_000_000
 
 
-async def _post_once(ep: Endpoint, body: bytes) -> dict[str, Any]:
-    from .http import post  # aiohttp: imported at the first call (a coordinator builds adapters, never calls)
+_POST: Any = None  # http.post: aiohttp is imported at the first call (a coordinator builds adapters, never calls)
 
+
+async def _post_once(ep: Endpoint, body: bytes) -> dict[str, Any]:
+    global _POST
+    if _POST is None:
+        from .http import post as _POST  # once per process: an import statement per call costs ~4 us
     headers = {"Content-Type": "application/json", **ep.wire.headers(ep, key_for(ep.api_key_env, ep.url))}
     url = ep.url
-    resp = await post(url, body, headers, ep.timeout_s, min(10.0, ep.timeout_s), ep.wire.method(ep))
+    resp = await _POST(url, body, headers, ep.timeout_s, min(10.0, ep.timeout_s), ep.wire.method(ep))
     text = resp.body.decode("utf-8", errors="replace")
     if resp.status != 200:
         raise error_for_status(resp.status, redact(text), parse_retry_after(resp.headers.get("retry-after")))

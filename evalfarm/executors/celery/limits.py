@@ -121,18 +121,8 @@ class RedisLimiter:
         if wait > 0:
             await asyncio.sleep(wait)
 
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        async with self.local.slot():
-            self._watch_pause()
-            await self._read_once()
-            await self._wait_pause()
-            if not self.enforced:
-                yield
-                return
-            async with self.fleet_slot():
-                await self._wait_pause()  # a pause seen while this call waited for its slot
-                yield
+    def slot(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return _EnforcedSlot(self) if self.enforced else _ProcessSlot(self)
 
     @contextlib.asynccontextmanager
     async def fleet_slot(self) -> AsyncIterator[None]:
@@ -169,6 +159,59 @@ class RedisLimiter:
             await self._redis().eval(_PAUSE, 1, self.keys[0], ms)
         except (redis.exceptions.RedisError, OSError) as exc:
             log.warning("fleet_pause_not_shared", endpoint=self.eid, error=f"{type(exc).__name__}: {exc}")
+
+
+class _ProcessSlot:
+    """A call's slot when the endpoint has no fleet-wide limit: this process's cap and the fleet's 429
+    pause, no Redis on the call's path. A plain async context manager (one per provider call: a
+    generator-based one cost ~8% of a worker's CPU at 0 ms)."""
+
+    __slots__ = ("limiter", "local")
+
+    def __init__(self, limiter: RedisLimiter) -> None:
+        self.limiter = limiter
+        self.local = limiter.local.slot()
+
+    async def __aenter__(self) -> None:
+        limiter = self.limiter
+        await self.local.__aenter__()
+        try:
+            limiter._watch_pause()
+            await limiter._read_once()
+            if limiter._paused_until > time.monotonic():
+                await limiter._wait_pause()
+        except BaseException:
+            await self.local.__aexit__(None, None, None)
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.local.__aexit__(*exc)
+
+
+class _EnforcedSlot(_ProcessSlot):
+    """... and a fleet-wide slot (``max_in_flight``, the rate) taken after the process's."""
+
+    __slots__ = ("fleet",)
+
+    async def __aenter__(self) -> None:
+        await super().__aenter__()
+        self.fleet = self.limiter.fleet_slot()
+        try:
+            await self.fleet.__aenter__()
+        except BaseException:
+            await self.local.__aexit__(None, None, None)
+            raise
+        try:
+            await self.limiter._wait_pause()  # a pause seen while this call waited for its slot
+        except BaseException as exc:
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self.fleet.__aexit__(*exc)
+        finally:
+            await self.local.__aexit__(*exc)
 
 
 def install(url: str) -> None:

@@ -7,6 +7,7 @@ go on until the provider says 429 again (this worker still keeps its own mark).
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -26,6 +27,7 @@ class RedisQuotaBoard:
         self.url = url
         self.local = LocalQuotaBoard()
         self._seen: dict[str, tuple[float, dict[str, Any] | None]] = {}  # eid -> (read at, mark)
+        self._reading: dict[tuple[int, str], asyncio.Future] = {}  # (loop, eid) -> the read in flight
 
     @staticmethod
     def key(eid: str) -> str:
@@ -35,10 +37,20 @@ class RedisQuotaBoard:
         mine = await self.local.exhausted(eid)
         if mine is not None:
             return mine
-        now = time.monotonic()
         seen = self._seen.get(eid)
-        if seen is not None and now - seen[0] < CHECK_S:
+        if seen is not None and time.monotonic() - seen[0] < CHECK_S:
             return seen[1]
+        # one read in flight per endpoint: the 64 calls a batch starts at once share it, rather than
+        # each taking a connection of its own for the same GET (and again every CHECK_S)
+        key = (id(asyncio.get_running_loop()), eid)
+        reading = self._reading.get(key)
+        if reading is None:
+            reading = self._reading[key] = asyncio.ensure_future(self._read(eid))
+            reading.add_done_callback(lambda _: self._reading.pop(key, None))
+        return await asyncio.shield(reading)  # a caller cancelled (its batch stopped) leaves the read to the others
+
+    async def _read(self, eid: str) -> dict[str, Any] | None:
+        now = time.monotonic()
         try:
             raw = await async_client(self.url).get(self.key(eid))
             mark = json.loads(raw) if raw else None

@@ -32,6 +32,7 @@ from .budget import spend_guard
 from .cache import RedisCache
 from .cancel_watch import CANCEL_WATCH
 from .limits import run_slots
+from .runners import runners
 
 log = get_logger("evalfarm.work")
 
@@ -256,13 +257,21 @@ def _worker_deaths(starts: dict[str, int], items: list[Item], engine: Engine) ->
     return run, given_up, deaths
 
 
-async def _unless_stopped(limit: int, calls: list[Callable[[], Awaitable[T]]],
+async def _each(limit: int, worker_cap: int, calls: list[Callable[[], Awaitable[T]]]) -> list[T]:
+    """Await every call, at most ``limit`` at once; results in input order. At the worker's own cap (a run
+    without a lower ``--concurrency``) the calls go to the process's runners, shared by every batch."""
+    if limit == worker_cap and len(calls) > 1:
+        return await runners(limit).run(calls)
+    return await bounded(limit, calls)
+
+
+async def _unless_stopped(limit: int, worker_cap: int, calls: list[Callable[[], Awaitable[T]]],
                           watch: Callable[[Callable[[], None]], Any] | None) -> tuple[list[T], list[int]]:
     """Await every call, at most ``limit`` at once (results in input order), unless ``watch`` calls the
     stop it is given first: then the calls still running are cancelled (an agent's sandbox is killed by
     its adapter) and only the finished ones are returned, with the indices of those stopped."""
     if watch is None:
-        return await bounded(limit, calls), []
+        return await _each(limit, worker_cap, calls), []
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     sem = asyncio.Semaphore(limit)
@@ -333,7 +342,8 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
 
     async def batch() -> tuple[list[Outcome | InfrastructureError], list[int]]:
         try:
-            return await _unless_stopped(ctx.in_flight(max_in_flight), [lambda i=i: one(i) for i in items], watch)
+            return await _unless_stopped(ctx.in_flight(max_in_flight), max_in_flight, [lambda i=i: one(i) for i in items],
+                                         watch)
         finally:
             if progress is not None:
                 await progress.flush()
@@ -373,7 +383,7 @@ def execute_judge(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     pairs = [(Item.from_dict(json.loads(raw)), partial[k]) for k, raw in zip(partial, raws) if raw]
     engine = ctx.engine
     deadline = _deadline(time_limit_s)
-    judged, failed = _split(WORKER_LOOP.run(lambda: bounded(ctx.in_flight(max_in_flight), [
+    judged, failed = _split(WORKER_LOOP.run(lambda: _each(ctx.in_flight(max_in_flight), max_in_flight, [
         lambda i=i, o=o: _kept(within(deadline, ctx.held(engine.judge(i, o)), i, "judge", o)) for i, o in pairs]))
         if pairs else [])
     _record(store, ctx, run_id, judged, enqueue_aggregate)
@@ -439,7 +449,7 @@ def _execute_segment(store, run_id: str, seg: int, max_in_flight: int, enqueue_a
     async def both(item: Item) -> Outcome:
         return await engine.judge(item, await engine.call(item, start))
 
-    outcomes, failed = _split(WORKER_LOOP.run(lambda: bounded(ctx.in_flight(max_in_flight), [
+    outcomes, failed = _split(WORKER_LOOP.run(lambda: _each(ctx.in_flight(max_in_flight), max_in_flight, [
         lambda i=i: _kept(within(deadline, ctx.held(both(i)), i, "adapter")) for i in items])) if items else [])
     have.update((o.key, json.dumps(o.to_dict())) for o in outcomes)
     if outcomes:  # in plan order: the report is the segments concatenated
