@@ -153,3 +153,48 @@ def test_calls_starting_together_read_the_fleet_quota_board_once(tmp_path):
         assert all(m == {"since": "x", "until": "y"} for m in asyncio.run(marked()))
     finally:
         server.stop()
+
+
+def test_each_endpoint_has_its_own_runners_and_idle_ones_are_let_go():
+    """The cap holds per endpoint, as each endpoint's limiter does: two endpoints' calls keep ``size``
+    in flight each; a worker that has called many endpoints keeps at most KEEP_IDLE sets of runners."""
+    from evalfarm.executors.celery import runners as mod
+
+    in_flight: dict[str, int] = {"a": 0, "b": 0}
+    most: dict[str, int] = {"a": 0, "b": 0}
+
+    async def call(lane: str, i: int) -> str:
+        in_flight[lane] += 1
+        most[lane] = max(most[lane], in_flight[lane])
+        await asyncio.sleep(0.01)
+        in_flight[lane] -= 1
+        return f"{lane}{i}"
+
+    async def scenario() -> None:
+        lanes = ["a", "b"] * 10
+        calls = [lambda i=i, ln=ln: call(ln, i) for i, ln in enumerate(lanes)]
+        assert await mod.run_in_lanes(3, calls, lanes) == [f"{ln}{i}" for i, ln in enumerate(lanes)]
+        assert most == {"a": 3, "b": 3}
+        for n in range(mod.KEEP_IDLE + 5):  # endpoints called once, then never again
+            await mod.run_in_lanes(2, [lambda: asyncio.sleep(0), lambda: asyncio.sleep(0)], [f"ep{n}", f"ep{n}"])
+        loop = id(asyncio.get_running_loop())
+        assert len([k for k in mod._RUNNERS if k[0] == loop]) <= mod.KEEP_IDLE
+
+    asyncio.run(scenario())
+
+
+def test_an_adapter_and_a_judge_are_laned_by_their_endpoint():
+    from evalfarm.executors.celery.work import lane
+    from evalfarm.engine import build_engine
+    from evalfarm.spec import EvalSpec
+
+    spec = EvalSpec.model_validate({
+        "name": "lanes", "prompts": [{"id": "p", "text": "hi"}],
+        "adapters": [{"id": "x", "model": "m", "base_url": "http://127.0.0.1:9/v1"},
+                     {"id": "y", "model": "m2", "base_url": "http://127.0.0.1:9/v1"},
+                     {"id": "z", "model": "m", "base_url": "http://127.0.0.1:8/v1"}, "mock"],
+        "judge": {"model": "j", "base_url": "http://127.0.0.1:8/v1"}})
+    engine = build_engine(spec)
+    x, y, z, mock = (lane(engine.adapters[a]) for a in ("x", "y", "z", "mock"))
+    assert x == y != z and mock == ""  # the same endpoint shares its runners, as it shares its limiter
+    assert lane(engine.judge_) not in ("", x)

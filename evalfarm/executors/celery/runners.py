@@ -8,7 +8,9 @@ batches' (at 0 ms latency the worker's CPU is the run's pace: `-c 2` took ~8% le
 Here ``size`` runners (the worker's cap on calls in flight) pull (call, future) pairs from one queue,
 as the in-process backend's workers pull items: a batch adds its calls and awaits their futures.
 First in, first served: a batch that arrives later waits behind the earlier ones, as it did on the
-limiter's FIFO semaphore.
+limiter's FIFO semaphore. One set per lane, a provider endpoint (and key): the cap on calls in flight
+holds per endpoint (each endpoint's limiter), so a run calling two endpoints, or a model and its judge,
+keeps 64 calls in flight on each, as before.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ class Runners:
 
     def __init__(self, size: int) -> None:
         self.size = size
+        self.busy = 0  # runners in a call
         self.queue: asyncio.Queue[tuple[Call, asyncio.Future]] = asyncio.Queue()
         self.tasks = [asyncio.ensure_future(self._runner()) for _ in range(size)]  # held: tasks are weakly referenced
 
@@ -33,6 +36,7 @@ class Runners:
             call, future = await queue.get()
             if future.done():  # its batch was cancelled while the call waited
                 continue
+            self.busy += 1
             try:
                 result = await call()
             except asyncio.CancelledError:
@@ -44,8 +48,17 @@ class Runners:
                 if not future.done():
                     future.set_exception(exc)
                 continue
+            finally:
+                self.busy -= 1
             if not future.done():
                 future.set_result(result)
+
+    def idle(self) -> bool:
+        return self.busy == 0 and self.queue.empty()
+
+    def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
 
     async def run(self, calls: list[Callable[[], Awaitable[T]]]) -> list[T]:
         """Await every call on the runners; results in input order. A batch cancelled while it waits
@@ -62,13 +75,36 @@ class Runners:
             raise
 
 
-_RUNNERS: dict[tuple[int, int], Runners] = {}
+_RUNNERS: dict[tuple[int, int, str], Runners] = {}
+KEEP_IDLE = 32  # sets of runners kept per loop: past that, idle ones (an endpoint no longer called) go
 
 
-def runners(size: int) -> Runners:
-    """The running loop's runners of ``size`` (made at first use; a worker has one loop and one cap)."""
-    key = (id(asyncio.get_running_loop()), size)
+def runners(size: int, lane: str = "") -> Runners:
+    """The running loop's runners of ``size`` for ``lane`` (made at first use; a worker has one loop and
+    one cap, a lane per endpoint it calls)."""
+    loop = id(asyncio.get_running_loop())
+    key = (loop, size, lane)
     found = _RUNNERS.get(key)
     if found is None:
+        mine = [k for k in _RUNNERS if k[0] == loop]
+        if len(mine) >= KEEP_IDLE:  # a long-lived worker on a shared farm sees many endpoints
+            for k in mine:
+                if _RUNNERS[k].idle():
+                    _RUNNERS.pop(k).close()
         found = _RUNNERS[key] = Runners(size)
     return found
+
+
+async def run_in_lanes(size: int, calls: list[Callable[[], Awaitable[T]]], lanes: list[str]) -> list[T]:
+    """Every call on its lane's runners; results in input order."""
+    groups: dict[str, list[int]] = {}
+    for i, lane in enumerate(lanes):
+        groups.setdefault(lane, []).append(i)
+    if len(groups) == 1:
+        return await runners(size, lanes[0]).run(calls)
+    parts = await asyncio.gather(*(runners(size, lane).run([calls[i] for i in at]) for lane, at in groups.items()))
+    results: list[Any] = [None] * len(calls)
+    for at, part in zip(groups.values(), parts):
+        for i, result in zip(at, part):
+            results[i] = result
+    return results

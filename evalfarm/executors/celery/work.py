@@ -24,6 +24,7 @@ from ...core.plan import Item
 from ...engine import build_engine
 from ...errors import InfrastructureError
 from ...logs import get_logger
+from ...providers.limits import endpoint_id
 from ...engine.cache import ResponseCache, SqliteCache
 from ...engine.items import Engine, bounded, error_of, within
 from ..finalize import spec_of
@@ -32,7 +33,7 @@ from .budget import spend_guard
 from .cache import RedisCache
 from .cancel_watch import CANCEL_WATCH
 from .limits import run_slots
-from .runners import runners
+from .runners import run_in_lanes
 
 log = get_logger("evalfarm.work")
 
@@ -257,21 +258,28 @@ def _worker_deaths(starts: dict[str, int], items: list[Item], engine: Engine) ->
     return run, given_up, deaths
 
 
-async def _each(limit: int, worker_cap: int, calls: list[Callable[[], Awaitable[T]]]) -> list[T]:
+def lane(part: Any) -> str:
+    """The runners' lane of an adapter or a judge: its provider endpoint and key (``runners.py``)."""
+    where = getattr(part, "endpoint", None) or getattr(part, "spec", None)
+    base = getattr(where, "base_url", None)
+    return endpoint_id(base, getattr(where, "api_key_env", None) or "") if isinstance(base, str) else ""
+
+
+async def _each(limit: int, worker_cap: int, calls: list[Callable[[], Awaitable[T]]], lanes: list[str]) -> list[T]:
     """Await every call, at most ``limit`` at once; results in input order. At the worker's own cap (a run
     without a lower ``--concurrency``) the calls go to the process's runners, shared by every batch."""
     if limit == worker_cap and len(calls) > 1:
-        return await runners(limit).run(calls)
+        return await run_in_lanes(limit, calls, lanes)
     return await bounded(limit, calls)
 
 
-async def _unless_stopped(limit: int, worker_cap: int, calls: list[Callable[[], Awaitable[T]]],
+async def _unless_stopped(limit: int, worker_cap: int, calls: list[Callable[[], Awaitable[T]]], lanes: list[str],
                           watch: Callable[[Callable[[], None]], Any] | None) -> tuple[list[T], list[int]]:
     """Await every call, at most ``limit`` at once (results in input order), unless ``watch`` calls the
     stop it is given first: then the calls still running are cancelled (an agent's sandbox is killed by
     its adapter) and only the finished ones are returned, with the indices of those stopped."""
     if watch is None:
-        return await _each(limit, worker_cap, calls), []
+        return await _each(limit, worker_cap, calls, lanes), []
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     sem = asyncio.Semaphore(limit)
@@ -327,6 +335,7 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     deadline = _deadline(time_limit_s)
     start = time.perf_counter()  # an item's wait counts from here: it is in this worker's hands
     progress = None if engine.judged else _Progressive(store, ctx, run_id, enqueue_aggregate)
+    lanes = {a: lane(adapter) for a, adapter in engine.adapters.items()}
 
     async def one(item: Item) -> Outcome | InfrastructureError:
         result = await _kept(within(deadline, ctx.held(engine.call(item, start)), item, "adapter"))
@@ -343,7 +352,7 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     async def batch() -> tuple[list[Outcome | InfrastructureError], list[int]]:
         try:
             return await _unless_stopped(ctx.in_flight(max_in_flight), max_in_flight, [lambda i=i: one(i) for i in items],
-                                         watch)
+                                         [lanes.get(i.adapter, "") for i in items], watch)
         finally:
             if progress is not None:
                 await progress.flush()
@@ -384,8 +393,8 @@ def execute_judge(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     engine = ctx.engine
     deadline = _deadline(time_limit_s)
     judged, failed = _split(WORKER_LOOP.run(lambda: _each(ctx.in_flight(max_in_flight), max_in_flight, [
-        lambda i=i, o=o: _kept(within(deadline, ctx.held(engine.judge(i, o)), i, "judge", o)) for i, o in pairs]))
-        if pairs else [])
+        lambda i=i, o=o: _kept(within(deadline, ctx.held(engine.judge(i, o)), i, "judge", o)) for i, o in pairs],
+        [lane(engine.judge_)] * len(pairs))) if pairs else [])
     _record(store, ctx, run_id, judged, enqueue_aggregate)
     _raise_for(failed, len(pairs))
     return len(judged)
@@ -449,8 +458,10 @@ def _execute_segment(store, run_id: str, seg: int, max_in_flight: int, enqueue_a
     async def both(item: Item) -> Outcome:
         return await engine.judge(item, await engine.call(item, start))
 
+    lanes = {a: lane(adapter) for a, adapter in engine.adapters.items()}
     outcomes, failed = _split(WORKER_LOOP.run(lambda: _each(ctx.in_flight(max_in_flight), max_in_flight, [
-        lambda i=i: _kept(within(deadline, ctx.held(both(i)), i, "adapter")) for i in items])) if items else [])
+        lambda i=i: _kept(within(deadline, ctx.held(both(i)), i, "adapter")) for i in items],
+        [lanes.get(i.adapter, "") for i in items])) if items else [])
     have.update((o.key, json.dumps(o.to_dict())) for o in outcomes)
     if outcomes:  # in plan order: the report is the segments concatenated
         run.put_out(seg, [have[k] for k in keys if k in have])
