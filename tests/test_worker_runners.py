@@ -155,7 +155,7 @@ def test_calls_starting_together_read_the_fleet_quota_board_once(tmp_path):
         server.stop()
 
 
-def test_each_endpoint_has_its_own_runners_and_idle_ones_are_let_go():
+def test_each_endpoint_has_its_own_runners_and_idle_ones_are_let_go(monkeypatch):
     """The cap holds per endpoint, as each endpoint's limiter does: two endpoints' calls keep ``size``
     in flight each; a worker that has called many endpoints keeps at most KEEP_IDLE sets of runners."""
     from evalfarm.executors.celery import runners as mod
@@ -175,10 +175,17 @@ def test_each_endpoint_has_its_own_runners_and_idle_ones_are_let_go():
         calls = [lambda i=i, ln=ln: call(ln, i) for i, ln in enumerate(lanes)]
         assert await mod.run_in_lanes(3, calls, lanes) == [f"{ln}{i}" for i, ln in enumerate(lanes)]
         assert most == {"a": 3, "b": 3}
+        monkeypatch.setattr(mod, "IDLE_S", -1.0)  # idle at once (a minute without a batch, in a worker)
         for n in range(mod.KEEP_IDLE + 5):  # endpoints called once, then never again
             await mod.run_in_lanes(2, [lambda: asyncio.sleep(0), lambda: asyncio.sleep(0)], [f"ep{n}", f"ep{n}"])
         loop = id(asyncio.get_running_loop())
         assert len([k for k in mod._RUNNERS if k[0] == loop]) <= mod.KEEP_IDLE
+        # a batch over many lanes: a lane's set taken for it is not let go before its calls are in
+        many = [f"lane{n}" for n in range(mod.KEEP_IDLE + 3)]
+        monkeypatch.setattr(mod, "IDLE_S", 60.0)
+        got = await asyncio.wait_for(mod.run_in_lanes(2, [lambda n=n: asyncio.sleep(0, n) for n in range(len(many))],
+                                                      many), 10)
+        assert got == list(range(len(many)))
 
     asyncio.run(scenario())
 

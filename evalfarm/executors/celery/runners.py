@@ -15,6 +15,7 @@ keeps 64 calls in flight on each, as before.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Awaitable, Callable, TypeVar
 
 T = TypeVar("T")
@@ -27,6 +28,7 @@ class Runners:
     def __init__(self, size: int) -> None:
         self.size = size
         self.busy = 0  # runners in a call
+        self.used = time.monotonic()  # when a batch last asked for this set
         self.queue: asyncio.Queue[tuple[Call, asyncio.Future]] = asyncio.Queue()
         self.tasks = [asyncio.ensure_future(self._runner()) for _ in range(size)]  # held: tasks are weakly referenced
 
@@ -53,8 +55,10 @@ class Runners:
             if not future.done():
                 future.set_result(result)
 
-    def idle(self) -> bool:
-        return self.busy == 0 and self.queue.empty()
+    def idle(self, now: float) -> bool:
+        """Nothing running or waiting, and no batch has asked for it lately (one that holds it from
+        ``runners`` may not have added its calls yet)."""
+        return self.busy == 0 and self.queue.empty() and now - self.used > IDLE_S
 
     def close(self) -> None:
         for task in self.tasks:
@@ -77,6 +81,7 @@ class Runners:
 
 _RUNNERS: dict[tuple[int, int, str], Runners] = {}
 KEEP_IDLE = 32  # sets of runners kept per loop: past that, idle ones (an endpoint no longer called) go
+IDLE_S = 60.0  # ... when no batch asked for them for this long
 
 
 def runners(size: int, lane: str = "") -> Runners:
@@ -88,10 +93,12 @@ def runners(size: int, lane: str = "") -> Runners:
     if found is None:
         mine = [k for k in _RUNNERS if k[0] == loop]
         if len(mine) >= KEEP_IDLE:  # a long-lived worker on a shared farm sees many endpoints
+            now = time.monotonic()
             for k in mine:
-                if _RUNNERS[k].idle():
+                if _RUNNERS[k].idle(now):
                     _RUNNERS.pop(k).close()
         found = _RUNNERS[key] = Runners(size)
+    found.used = time.monotonic()
     return found
 
 
