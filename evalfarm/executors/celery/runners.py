@@ -26,7 +26,6 @@ class Runners:
     """``size`` runners on one event loop, fed through one queue."""
 
     def __init__(self, size: int) -> None:
-        self.size = size
         self.busy = 0  # runners in a call
         self.used = time.monotonic()  # when a batch last asked for this set
         self.queue: asyncio.Queue[tuple[Call, asyncio.Future]] = asyncio.Queue()

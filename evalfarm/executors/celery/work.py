@@ -76,6 +76,7 @@ class RunContext:
         self.spec = spec_of(meta)
         self.options = meta.get("options") or {}
         self._engine: Engine | None = None
+        self._lanes: dict[str | None, str] | None = None
         self.store_url = store_url
         cap = self.options.get("max_in_flight")  # run --concurrency N: N calls in flight across the fleet
         self.slots = run_slots(store_url, meta["run_id"], int(cap)) if cap and store_url else None
@@ -109,6 +110,15 @@ class RunContext:
             engine.budget = spend_guard(self.store_url, self.meta)  # a budgeted run's fleet-wide spend
             self._engine = engine
         return self._engine
+
+    def lanes(self, adapters: list[str | None]) -> list[str]:
+        """The runners' lane of each call (``lane``) by its adapter id, None for the judge: the
+        endpoints are worked out once per run."""
+        if self._lanes is None:
+            engine = self.engine
+            self._lanes = {a: lane(adapter) for a, adapter in engine.adapters.items()}
+            self._lanes[None] = lane(engine.judge_)
+        return [self._lanes.get(a, "") for a in adapters]
 
 
 _CONTEXTS: "OrderedDict[str, RunContext]" = OrderedDict()
@@ -335,7 +345,6 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     deadline = _deadline(time_limit_s)
     start = time.perf_counter()  # an item's wait counts from here: it is in this worker's hands
     progress = None if engine.judged else _Progressive(store, ctx, run_id, enqueue_aggregate)
-    lanes = {a: lane(adapter) for a, adapter in engine.adapters.items()}
 
     async def one(item: Item) -> Outcome | InfrastructureError:
         result = await _kept(within(deadline, ctx.held(engine.call(item, start)), item, "adapter"))
@@ -352,7 +361,7 @@ def execute_batch(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     async def batch() -> tuple[list[Outcome | InfrastructureError], list[int]]:
         try:
             return await _unless_stopped(ctx.in_flight(max_in_flight), max_in_flight, [lambda i=i: one(i) for i in items],
-                                         [lanes.get(i.adapter, "") for i in items], watch)
+                                         ctx.lanes([i.adapter for i in items]), watch)
         finally:
             if progress is not None:
                 await progress.flush()
@@ -394,7 +403,7 @@ def execute_judge(store: RunStore, run_id: str, keys: list[str], max_in_flight: 
     deadline = _deadline(time_limit_s)
     judged, failed = _split(WORKER_LOOP.run(lambda: _each(ctx.in_flight(max_in_flight), max_in_flight, [
         lambda i=i, o=o: _kept(within(deadline, ctx.held(engine.judge(i, o)), i, "judge", o)) for i, o in pairs],
-        [lane(engine.judge_)] * len(pairs))) if pairs else [])
+        ctx.lanes([None] * len(pairs)))) if pairs else [])
     _record(store, ctx, run_id, judged, enqueue_aggregate)
     _raise_for(failed, len(pairs))
     return len(judged)
@@ -458,10 +467,9 @@ def _execute_segment(store, run_id: str, seg: int, max_in_flight: int, enqueue_a
     async def both(item: Item) -> Outcome:
         return await engine.judge(item, await engine.call(item, start))
 
-    lanes = {a: lane(adapter) for a, adapter in engine.adapters.items()}
     outcomes, failed = _split(WORKER_LOOP.run(lambda: _each(ctx.in_flight(max_in_flight), max_in_flight, [
         lambda i=i: _kept(within(deadline, ctx.held(both(i)), i, "adapter")) for i in items],
-        [lanes.get(i.adapter, "") for i in items])) if items else [])
+        ctx.lanes([i.adapter for i in items]))) if items else [])
     have.update((o.key, json.dumps(o.to_dict())) for o in outcomes)
     if outcomes:  # in plan order: the report is the segments concatenated
         run.put_out(seg, [have[k] for k in keys if k in have])
